@@ -1,0 +1,206 @@
+"""Developer and CI sessions for the npu-compile monorepo.
+
+``nox`` runs the default sessions (what CI runs). ``nox -l`` lists everything. Venvs are reused
+because each one holds a ~1 GB torch install; ``constraints/torch-cpu.txt`` keeps every install on
+the local torch CPU wheel so no session ever pulls a CUDA build.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2024.10.9"
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["lint", "typecheck", "consistency", "tests", "integration", "isolation"]
+
+ROOT = Path(__file__).parent
+PACKAGES = sorted(p.parent.name for p in ROOT.glob("packages/*/pyproject.toml"))
+# The local torch CPU wheel is cp311 only; other Pythons would download torch from the index.
+PYTHONS = os.environ.get("NPU_PYTHONS", "3.11").split(",")
+CONSTRAINTS = ("-c", str(ROOT / "constraints" / "torch-cpu.txt"))
+TEST_TOOLS = ("pytest", "hypothesis")
+IMPORT_NAMES = {name: name.replace("-", "_") for name in PACKAGES}
+
+
+def _project(package: str) -> dict[str, object]:
+    with (ROOT / "packages" / package / "pyproject.toml").open("rb") as f:
+        return tomllib.load(f)["project"]  # type: ignore[no-any-return]
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower()
+
+
+def _sibling_deps(package: str) -> list[str]:
+    deps = _project(package).get("dependencies", [])
+    assert isinstance(deps, list)
+    return [name for name in map(_requirement_name, deps) if name in PACKAGES]
+
+
+def _with_siblings(*packages: str) -> list[str]:
+    """The packages plus every in-repo package they declare, transitively, in install order."""
+    seen: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in seen:
+            return
+        for dep in _sibling_deps(name):
+            visit(dep)
+        seen.append(name)
+
+    for package in packages:
+        visit(package)
+    return seen
+
+
+def _editables(*packages: str) -> list[str]:
+    # One pip call for all siblings: pip then satisfies `npu-streams>=0.1,<0.2` from the local
+    # path instead of looking the name up on an index.
+    args: list[str] = []
+    for name in _with_siblings(*packages):
+        args += ["-e", f"packages/{name}"]
+    return args
+
+
+@nox.session(python=PYTHONS, tags=["tests"])
+@nox.parametrize("package", PACKAGES)
+def tests(session: nox.Session, package: str) -> None:
+    """Unit tests of one package, with only that package and its declared siblings installed."""
+    session.install(*CONSTRAINTS, *TEST_TOOLS, *_editables(package))
+    session.run("pytest", f"packages/{package}/tests", *session.posargs)
+
+
+@nox.session(python=PYTHONS[0])
+def integration(session: nox.Session) -> None:
+    """Cross-package tests with every package installed."""
+    session.install(*CONSTRAINTS, *TEST_TOOLS, *_editables(*PACKAGES))
+    session.run("pytest", "integration_tests", *session.posargs)
+
+
+@nox.session(python=PYTHONS[0])
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over every package."""
+    session.install(*CONSTRAINTS, "mypy", *TEST_TOOLS, *_editables(*PACKAGES))
+    modules = [arg for name in PACKAGES for arg in ("-p", IMPORT_NAMES[name])]
+    session.run("mypy", *modules, *session.posargs)
+
+
+@nox.session(python=PYTHONS[0])
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHONS[0])
+def consistency(session: nox.Session) -> None:
+    """Sibling ranges admit the in-repo versions; no `==` between libraries."""
+    session.install("packaging")
+    session.run("python", str(ROOT / ".ci" / "check_consistency.py"))
+
+
+def _build_wheels(session: nox.Session) -> Path:
+    session.install("build", "hatchling")
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    for name in PACKAGES:
+        session.run(
+            "python",
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            str(dist),
+            f"packages/{name}",
+        )
+    return dist
+
+
+@nox.session(python=PYTHONS[0])
+def build(session: nox.Session) -> None:
+    """Wheels for every package into dist/."""
+    _build_wheels(session)
+
+
+@nox.session(python=PYTHONS[0])
+def isolation(session: nox.Session) -> None:
+    """Build the wheels, install npu-graph-export alone in a fresh venv, check no sibling came."""
+    dist = _build_wheels(session)
+    venv = ROOT / ".nox" / "_isolation_venv"
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run("python", "-m", "venv", str(venv))
+    py = str(venv / "bin" / "python")
+    wheel = next(dist.glob("npu_graph_export-*.whl"))
+    # --find-links dist would let pip pick a sibling wheel if the metadata named one: that is the
+    # leak this session exists to catch.
+    session.run(
+        py,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        *CONSTRAINTS,
+        "--find-links",
+        str(dist),
+        str(wheel),
+        external=True,
+    )
+    listing = subprocess.run(
+        [py, "-m", "pip", "list", "--format=freeze"], check=True, capture_output=True, text=True
+    ).stdout
+    installed = {_requirement_name(line) for line in listing.splitlines() if line}
+    leaked = sorted(set(PACKAGES) - {"npu-graph-export"} & installed)
+    if leaked:
+        session.error(f"installing npu-graph-export alone also installed {leaked}")
+    if "npu-graph-export" not in installed:
+        session.error("npu-graph-export did not install")
+    session.run(
+        py, "-c", "import npu_graph_export; print(npu_graph_export.__version__)", external=True
+    )
+    session.log(
+        "npu-graph-export installs and imports alone; siblings absent: %s",
+        ", ".join(sorted(set(PACKAGES) - {"npu-graph-export"})),
+    )
+
+
+@nox.session(python=PYTHONS[0])
+def demo(session: nox.Session) -> None:
+    """The main job: a small decoder LM, eager vs reduce-overhead, tokens checked identical."""
+    session.install(*CONSTRAINTS, *_editables(*PACKAGES))
+    session.run("npu-compile", "demo", *session.posargs)
+
+
+@nox.session(python=PYTHONS[0])
+def bench(session: nox.Session) -> None:
+    """Benchmarks (tables + JSON under benchmarks/results/)."""
+    session.install(*CONSTRAINTS, *_editables(*PACKAGES))
+    session.run("npu-compile", "bench", *session.posargs)
+
+
+@nox.session(python=PYTHONS[0])
+def protos(session: nox.Session) -> None:
+    """Regenerate npu-graph-export's GE IR protobuf bindings from proto/ge_ir.proto."""
+    # grpcio-tools 1.71 embeds protoc 29 (gencode 5.29): the committed bindings then load on every
+    # protobuf runtime from 5.29 to 7.x, which keeps npu-graph-export's protobuf range wide.
+    session.install("grpcio-tools>=1.71,<1.72")
+    package = ROOT / "packages" / "npu-graph-export"
+    out = package / "src" / "npu_graph_export" / "_proto"
+    session.run(
+        "python",
+        "-m",
+        "grpc_tools.protoc",
+        f"-I{package / 'proto'}",
+        f"--python_out={out}",
+        f"--pyi_out={out}",
+        str(package / "proto" / "ge_ir.proto"),
+    )

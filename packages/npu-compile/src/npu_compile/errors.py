@@ -1,0 +1,38 @@
+"""Errors raised by npu-compile.
+
+Every error derives from :class:`NpuCompileError`; each concrete class also
+derives from the builtin that matches its cause, so ``except ValueError`` keeps working for callers
+who do not know this package. Each class has a stable ``code`` for programmatic matching.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "NpuCompileError",
+    "ConfigError",
+    "BackendError",
+]
+
+
+class NpuCompileError(Exception):
+    """Root of every error raised by npu-compile."""
+
+    code: ClassVar[str] = "npu-compile"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(NpuCompileError, ValueError):
+    """A CompilerConfig option is unknown or has a wrong value."""
+
+    code: ClassVar[str] = "config"
+
+
+class BackendError(NpuCompileError, RuntimeError):
+    """The backend cannot compile a graph as asked."""
+
+    code: ClassVar[str] = "backend"

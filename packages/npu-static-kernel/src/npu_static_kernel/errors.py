@@ -1,0 +1,38 @@
+"""Errors raised by npu-static-kernel.
+
+Every error derives from :class:`NpuStaticKernelError`; each concrete class also
+derives from the builtin that matches its cause, so ``except ValueError`` keeps working for callers
+who do not know this package. Each class has a stable ``code`` for programmatic matching.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "NpuStaticKernelError",
+    "BuildError",
+    "CacheError",
+]
+
+
+class NpuStaticKernelError(Exception):
+    """Root of every error raised by npu-static-kernel."""
+
+    code: ClassVar[str] = "npu-static-kernel"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BuildError(NpuStaticKernelError, RuntimeError):
+    """A static kernel build failed or its toolchain is missing."""
+
+    code: ClassVar[str] = "build"
+
+
+class CacheError(NpuStaticKernelError, OSError):
+    """The artifact cache is unreadable or an artifact is corrupted."""
+
+    code: ClassVar[str] = "cache"
