@@ -13,6 +13,7 @@ __all__ = [
     "NpuStreamsError",
     "StreamScopeError",
     "EventTagError",
+    "StreamTagError",
 ]
 
 
@@ -36,3 +37,9 @@ class EventTagError(NpuStreamsError, ValueError):
     """A tagged event was created twice or used before being created."""
 
     code: ClassVar[str] = "event-tag"
+
+
+class StreamTagError(NpuStreamsError, ValueError):
+    """A stream tag or priority is invalid, or one tag was asked for with two priorities."""
+
+    code: ClassVar[str] = "stream-tag"

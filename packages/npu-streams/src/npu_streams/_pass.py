@@ -1,0 +1,200 @@
+"""``prepare_for_capture``: the FX pass that makes stream scopes capturable into a device graph.
+
+A device graph captures work issued on the capture stream and on every stream that synchronises
+with it *after* capture begins; work on a stream that never synchronises with it is not captured
+(CUDA reports "operation not permitted when stream is capturing"), and a side stream that does not
+rejoin before capture ends leaves "unjoined work". So the pass adds, around every side-stream
+scope, the same fork/join pairs a hand-written multi-stream capture uses:
+
+* fork: the main (capture) stream records an internal event at graph start; each side stream
+  waits on it right after its scope is entered;
+* join: each side stream records an internal event right before its scope is left; the main
+  stream waits on all of them right before the graph returns.
+
+User events and record-stream calls are already graph-safe ops that record, wait and record the
+stream at run time, during a capture too; the pass keeps them in place and checks their tags.
+Every node gets ``node.meta["npu_stream"]``: the tag of the stream it runs on, ``"default"`` for
+the main stream.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import torch
+import torch.fx
+
+from npu_streams._ops import OVERLOADS
+from npu_streams._runtime import DEFAULT_TAG, lookup_event
+from npu_streams.errors import StreamScopeError
+
+__all__ = ["prepare_for_capture", "has_stream_ops", "STREAM_META_KEY"]
+
+_log = logging.getLogger("npu_streams")
+
+STREAM_META_KEY = "npu_stream"
+"""``node.meta`` key holding the stream tag each node runs on (``"default"``: main stream)."""
+
+_NAME_BY_TARGET: dict[object, str] = {}
+for _name, _overload in OVERLOADS.items():
+    _NAME_BY_TARGET[_overload] = _name
+    _NAME_BY_TARGET[_overload.overloadpacket] = _name
+
+_INTERNAL = frozenset({"internal_event_record", "internal_event_wait"})
+_graph_ids = itertools.count()
+
+
+def _op_name(node: torch.fx.Node) -> str | None:
+    if node.op != "call_function":
+        return None
+    try:
+        return _NAME_BY_TARGET.get(node.target)
+    except TypeError:  # an unhashable target cannot be one of ours
+        return None
+
+
+def _tag_arg(node: torch.fx.Node, index: int, name: str) -> str:
+    value = node.args[index] if len(node.args) > index else node.kwargs.get(name)
+    if not isinstance(value, str):
+        raise StreamScopeError(
+            f"node {node.name} ({node.target}) has a non-constant {name} {value!r}; stream and "
+            "event tags must be Python strings known at trace time, so do not compute them from "
+            "tensors"
+        )
+    return value
+
+
+def has_stream_ops(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` contains any ``npu_streams`` op (scope, event, record-stream, fork/join).
+
+    Args:
+        gm: A Dynamo or AOT autograd graph module.
+
+    Returns:
+        True if at least one node calls an ``npu_streams`` op.
+    """
+    return any(_op_name(node) is not None for node in gm.graph.nodes)
+
+
+def _graph_break_error(tag: str, how: str) -> StreamScopeError:
+    return StreamScopeError(
+        f"stream scope npu_stream_switch({tag!r}) {how} in this graph: a graph break happened "
+        "inside the scope, so its body was split across graphs and cannot be captured. Remove "
+        "the graph break inside the `with npu_stream_switch(...)` block (compile with "
+        "torch.compile(..., fullgraph=True) to see where it is)"
+    )
+
+
+def _label_and_validate(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torch.fx.Node, str]]:
+    """Label every node with its stream and return the (enter, exit, tag) of each scope."""
+    open_scopes: list[tuple[str, torch.fx.Node]] = []
+    scopes: list[tuple[torch.fx.Node, torch.fx.Node, str]] = []
+    recorded: set[str] = set()
+    for node in graph.nodes:
+        name = _op_name(node)
+        if name == "stream_enter":
+            open_scopes.append((_tag_arg(node, 0, "tag"), node))
+        elif name == "stream_exit":
+            tag = _tag_arg(node, 0, "tag")
+            if not open_scopes:
+                raise _graph_break_error(tag, "is closed but was not opened")
+            if open_scopes[-1][0] != tag:
+                raise StreamScopeError(
+                    f"stream scope {tag!r} is closed while scope {open_scopes[-1][0]!r} is the "
+                    "innermost open one; nest npu_stream_switch blocks as `with` statements"
+                )
+        elif name in ("tagged_event_record", "tagged_event_wait"):
+            tag = _tag_arg(node, 0, "tag")
+            action = "record" if name == "tagged_event_record" else "wait on"
+            lookup_event(tag, action)  # a forgotten event fails here, at compile time
+            if name == "tagged_event_record":
+                recorded.add(tag)
+            elif tag not in recorded:
+                _log.warning(
+                    "tagged event %r is waited on before any record of it in this graph; inside a "
+                    "captured graph the wait cannot depend on work recorded outside the capture",
+                    tag,
+                )
+        elif name == "record_tagged_stream":
+            _tag_arg(node, 1, "tag")
+        node.meta[STREAM_META_KEY] = open_scopes[-1][0] if open_scopes else DEFAULT_TAG
+        if name == "stream_exit":
+            _tag, enter = open_scopes.pop()
+            scopes.append((enter, node, _tag))
+    if open_scopes:
+        raise _graph_break_error(open_scopes[-1][0], "is opened but never closed")
+    return scopes
+
+
+def _insert(
+    graph: torch.fx.Graph, name: str, tag: str, stream: str, *, before: torch.fx.Node
+) -> torch.fx.Node:
+    with graph.inserting_before(before):
+        node = graph.call_function(OVERLOADS[name], (tag,))
+    node.meta[STREAM_META_KEY] = stream
+    return node
+
+
+def _join_point(graph: torch.fx.Graph) -> torch.fx.Node:
+    """The node the main stream's join waits go before: the output, or the mutation epilogue.
+
+    AOT autograd with ``keep_inference_input_mutations=True`` ends the graph with
+    ``aten.copy_(input, new_value)`` nodes on the main stream; a value computed on a side stream
+    must be joined before those copies read it, so the waits go before the trailing copies.
+    """
+    point: torch.fx.Node = next(node for node in reversed(graph.nodes) if node.op == "output")
+    while True:
+        previous: torch.fx.Node = point.prev
+        if not (
+            previous.op == "call_function"
+            and previous.target is torch.ops.aten.copy_.default
+            and previous.meta.get(STREAM_META_KEY) == DEFAULT_TAG
+        ):
+            return point
+        point = previous
+
+
+def prepare_for_capture(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Prepare a graph with stream scopes for capture into a device graph (in place).
+
+    Validates that scopes are balanced, inserts the fork/join event pairs that side streams need
+    inside a capture, and sets ``node.meta["npu_stream"]`` on every node (the stream tag, or
+    ``"default"`` for the main stream). Works on Dynamo graphs and on AOT autograd graphs. The
+    result runs correctly both inside a capture and eagerly. Idempotent: a prepared graph is only
+    re-checked. A graph without ``npu_streams`` ops is returned unchanged.
+
+    Args:
+        gm: The graph module to prepare; it is modified in place and returned.
+
+    Returns:
+        ``gm``.
+
+    Raises:
+        StreamScopeError: A scope is opened and not closed (or the reverse) in this graph, which
+            means a graph break inside ``npu_stream_switch``; or a tag is not a constant string.
+        EventTagError: A user event in the graph no longer exists.
+    """
+    graph = gm.graph
+    names = [_op_name(node) for node in graph.nodes]
+    if not any(names):
+        return gm
+    already_prepared = any(name in _INTERNAL for name in names)
+    scopes = _label_and_validate(graph)
+    side_scopes = [(enter, exit_, tag) for enter, exit_, tag in scopes if tag != DEFAULT_TAG]
+    if already_prepared or not side_scopes:
+        return gm
+
+    graph_id = next(_graph_ids)
+    fork_tag = f"graph{graph_id}.fork"
+    first_op = next(node for node in graph.nodes if node.op != "placeholder")
+    join_point = _join_point(graph)
+    _insert(graph, "internal_event_record", fork_tag, DEFAULT_TAG, before=first_op)
+    for index, (enter, exit_, tag) in enumerate(side_scopes):
+        _insert(graph, "internal_event_wait", fork_tag, tag, before=enter.next)
+        join_tag = f"graph{graph_id}.join{index}"
+        _insert(graph, "internal_event_record", join_tag, tag, before=exit_)
+        _insert(graph, "internal_event_wait", join_tag, DEFAULT_TAG, before=join_point)
+    graph.lint()
+    gm.recompile()
+    return gm

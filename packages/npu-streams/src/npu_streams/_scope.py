@@ -1,0 +1,65 @@
+"""``npu_stream_switch``: the stream scope context manager."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import torch
+
+# Importing _ops registers the torch.ops.npu_streams.* ops called below.
+from npu_streams import _ops, _runtime  # noqa: F401
+
+__all__ = ["npu_stream_switch", "current_stream_tag"]
+
+
+# Lowercase like torch's own context managers (torch.no_grad), and like TorchAir's name.
+class npu_stream_switch:
+    """Run the ops issued inside the ``with`` block on the stream named ``stream_tag``.
+
+    The same tag always means the same stream on a device; ``"default"`` names the main stream
+    (the one current before the outermost scope). Scopes nest. On an accelerator the stream really
+    switches in eager mode; on CPU the scope is a no-op that keeps program order. Under
+    ``torch.compile`` the block becomes a pair of ``npu_streams`` ops in the graph; a graph break
+    inside the block is an error (see :func:`npu_streams.prepare_for_capture`), so compile with
+    ``fullgraph=True``.
+
+    Args:
+        stream_tag: Name of the stream to switch to.
+        stream_priority: Priority the stream is created with (0 = normal, negative = higher),
+            where the device supports priorities. Every scope with one tag must use the same value.
+
+    Raises:
+        StreamTagError: The tag is not a non-empty string or the priority is not an int.
+
+    Example:
+        >>> with npu_stream_switch("1"):
+        ...     y = torch.mm(a, b)  # runs on stream "1"
+    """
+
+    def __init__(self, stream_tag: str, stream_priority: int = 0) -> None:
+        self.stream_tag = _runtime.check_tag(stream_tag, "stream_tag")
+        self.stream_priority = _runtime.check_priority(stream_priority)
+
+    def __enter__(self) -> npu_stream_switch:
+        torch.ops.npu_streams.stream_enter(self.stream_tag, str(self.stream_priority))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        torch.ops.npu_streams.stream_exit(self.stream_tag)
+
+    def __repr__(self) -> str:
+        return f"npu_stream_switch({self.stream_tag!r}, stream_priority={self.stream_priority})"
+
+
+def current_stream_tag() -> str:
+    """The tag of the innermost open ``npu_stream_switch`` on this thread (eager).
+
+    Returns:
+        The tag, or ``"default"`` outside every scope.
+    """
+    return _runtime.current_tag()
