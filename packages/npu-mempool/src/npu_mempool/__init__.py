@@ -1,13 +1,42 @@
-"""Device-graph capture and replay with memory pools shared between graphs."""
+"""Device-graph capture and replay with memory pools shared between graphs.
+
+TorchAir's aclgraph memory modes on ``npu``, ``cuda`` and ``cpu`` (emulated): a
+:class:`GraphRunner` captures a callable once per graph key and replays it; graphs of one runner
+share one pool (mode 2), runners can share a pool (mode 1, :func:`graph_pool_handle`) and user
+inputs are copied into pool buffers (mode 3).
+"""
 
 from __future__ import annotations
 
+from npu_mempool._counters import Counters, counters
+from npu_mempool._device import graph_implementation, graph_pool_handle
+from npu_mempool._options import CaptureOptions, InputKind
+from npu_mempool._pool import PoolHandle
+from npu_mempool._runner import GraphRunner
 from npu_mempool._version import __version__
-from npu_mempool.errors import CaptureError, NpuMempoolError, StaleOutputError
+from npu_mempool.errors import (
+    CaptureError,
+    CaptureLimitWarning,
+    InputLayoutError,
+    NpuMempoolError,
+    OptionsError,
+    StaleOutputError,
+)
 
 __all__ = [
     "__version__",
+    "GraphRunner",
+    "CaptureOptions",
+    "InputKind",
+    "graph_pool_handle",
+    "graph_implementation",
+    "PoolHandle",
+    "Counters",
+    "counters",
     "NpuMempoolError",
     "CaptureError",
     "StaleOutputError",
+    "OptionsError",
+    "InputLayoutError",
+    "CaptureLimitWarning",
 ]

@@ -1,4 +1,4 @@
-"""Errors raised by npu-mempool.
+"""Errors and warnings raised by npu-mempool.
 
 Every error derives from :class:`NpuMempoolError`; each concrete class also
 derives from the builtin that matches its cause, so ``except ValueError`` keeps working for callers
@@ -13,6 +13,9 @@ __all__ = [
     "NpuMempoolError",
     "CaptureError",
     "StaleOutputError",
+    "OptionsError",
+    "InputLayoutError",
+    "CaptureLimitWarning",
 ]
 
 
@@ -36,3 +39,21 @@ class StaleOutputError(NpuMempoolError, RuntimeError):
     """An output was read after a later replay overwrote it."""
 
     code: ClassVar[str] = "stale-output"
+
+
+class OptionsError(NpuMempoolError, ValueError):
+    """Options or a pool handle that cannot work together."""
+
+    code: ClassVar[str] = "options"
+
+
+class InputLayoutError(NpuMempoolError, TypeError):
+    """A call whose arguments do not match the layout the runner was built for."""
+
+    code: ClassVar[str] = "input-layout"
+
+
+class CaptureLimitWarning(UserWarning):
+    """A runner reached its capture limit and now runs eagerly."""
+
+    code: ClassVar[str] = "capture-limit"

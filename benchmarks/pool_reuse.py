@@ -1,0 +1,122 @@
+"""Graph pool memory per npu-mempool mode: the same four shapes captured under each policy.
+
+Each mode captures ``block(x, w) = relu(x @ w) + x`` for four batch sizes and reports the bytes
+held by its graph pool(s):
+
+* ``mode2 reuse`` (default): one pool per runner, rewound before each capture: about the largest.
+* ``mode2 off``: no rewind: about the sum of the four.
+* ``mode1 shared pool``: two runners (two FX graphs) capture into one ``graph_pool_handle()``.
+* ``mode3 off``: no input buffers in the pool (``clone_input=False``).
+* ``largest alone`` / ``sum of singles``: references.
+
+On a CPU-only machine the pool is npu-mempool's emulated arena: its bytes are the static inputs
+and outputs (the arena high-water mark), not the intermediates a device pool also holds.
+
+    python benchmarks/pool_reuse.py [--width 1024] [--rows 4096,3072,2048,1024]
+
+Prints a table and writes ``benchmarks/results/pool_reuse.json``. Needs torch and npu-mempool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import npu_mempool
+import torch
+from npu_mempool import CaptureOptions, GraphRunner, InputKind
+
+RESULTS = Path(__file__).resolve().parent / "results" / "pool_reuse.json"
+KINDS = [InputKind.USER, InputKind.PARAMETER]
+
+
+def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x @ w) + x
+
+
+def pick_device() -> torch.device:
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        current = accelerator.current_accelerator()
+        if current is not None:
+            return torch.device(current.type, accelerator.current_device_index())
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def run_shapes(runner: GraphRunner, rows: list[int], w: torch.Tensor) -> None:
+    for n in rows:
+        x = torch.randn(n, w.shape[0], device=w.device)
+        torch.testing.assert_close(runner(x, w), block(x, w), rtol=1e-3, atol=1e-3)
+
+
+def measure(rows: list[int], width: int, device: torch.device) -> dict[str, int]:
+    w = torch.randn(width, width, device=device) / width**0.5
+    out: dict[str, int] = {}
+
+    def one(options: CaptureOptions, shapes: list[int]) -> int:
+        runner = GraphRunner(block, input_kinds=KINDS, options=options)
+        run_shapes(runner, shapes, w)
+        return runner.counters.pool_bytes
+
+    out["largest alone"] = one(CaptureOptions(), rows[:1])
+    out["sum of singles"] = sum(one(CaptureOptions(), [n]) for n in rows)
+    out["mode2 reuse"] = one(CaptureOptions(), rows)
+    out["mode2 off"] = one(CaptureOptions(reuse_pool_across_shapes=False), rows)
+    out["mode3 off (reuse on)"] = one(CaptureOptions(clone_input=False), rows)
+    pool = npu_mempool.graph_pool_handle(device)
+    first = GraphRunner(block, input_kinds=KINDS, options=CaptureOptions(pool=pool))
+    second = GraphRunner(block, input_kinds=KINDS, options=CaptureOptions(pool=pool))
+    run_shapes(first, rows[:1], w)
+    first.reset()  # the first FX graph is done: its memory is free for the second
+    run_shapes(second, rows[:1], w)
+    out["mode1 shared pool, 2 runners in turn"] = pool.nbytes
+    return out
+
+
+def write_json(payload: dict[str, Any]) -> None:
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=RESULTS.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f, indent=2)
+    os.replace(tmp, RESULTS)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--rows", default="4096,3072,2048,1024")
+    args = parser.parse_args()
+    rows = [int(n) for n in args.rows.split(",")]
+    device = pick_device()
+    with torch.no_grad():
+        result = measure(rows, args.width, device)
+    largest = result["largest alone"]
+    print(f"device: {device}  graph: {npu_mempool.graph_implementation(device)}")
+    print(f"shapes: {rows} x {args.width} (float32)")
+    print(f"{'mode':<40}{'MiB':>10}{'x largest':>11}")
+    print("-" * 61)
+    for name, nbytes in result.items():
+        print(f"{name:<40}{nbytes / 2**20:>10.1f}{nbytes / largest:>10.2f}x")
+    write_json(
+        {
+            "device": str(device),
+            "graph_implementation": npu_mempool.graph_implementation(device),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "rows": rows,
+            "width": args.width,
+            "bytes": result,
+        }
+    )
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Per-call cost of a chain of tiny kernels: eager, raw graph replay, npu-mempool's GraphRunner.
+
+The chain is ``--kernels`` elementwise ops on a tiny tensor, the host-bound case graphs exist for.
+"raw replay" is the least a graph call can do: copy the new input into the static input, replay.
+"runner" is ``GraphRunner.__call__`` doing the same work plus its key lookup and bookkeeping; the
+target is runner <= 1.2 x raw replay on a device. A second table times a one-kernel graph, where
+the runner's own Python overhead is most visible.
+
+On a CPU-only machine the graph is npu-mempool's emulated graph (replay re-runs the ops and copies
+into the static output), so the numbers measure the runner's overhead, not a device graph.
+
+    python benchmarks/replay_overhead.py [--kernels 200] [--calls 2000] [--repeats 7]
+
+Prints a table and writes ``benchmarks/results/replay_overhead.json``. Needs torch and npu-mempool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import npu_mempool
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results" / "replay_overhead.json"
+
+
+def make_chain(kernels: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        for _ in range(kernels):
+            x = x * 1.0001
+        return x
+
+    return chain
+
+
+def pick_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        current = accelerator.current_accelerator()
+        if current is not None:
+            return torch.device(current.type, accelerator.current_device_index())
+    return torch.device("cpu")
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type != "cpu":
+        torch.accelerator.synchronize()
+
+
+def raw_replay(
+    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, device: torch.device
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The bare minimum per call: input copy + replay, with no wrapper around it."""
+    static_x = x.clone()
+    if device.type == "cuda":
+        side = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn(static_x)
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = fn(static_x)
+
+        def call(new: torch.Tensor) -> torch.Tensor:
+            static_x.copy_(new, non_blocking=True)
+            graph.replay()
+            return static_out
+
+        return call
+    if device.type == "cpu":
+        static_out = fn(static_x).clone()
+
+        def emulated(new: torch.Tensor) -> torch.Tensor:
+            # What an emulated replay does: re-run the ops, write into the static output.
+            static_x.copy_(new)
+            static_out.copy_(fn(static_x))
+            return static_out
+
+        return emulated
+    raise SystemExit(f"raw replay for {device.type} is not written; run on cuda or cpu")
+
+
+def time_calls(
+    call: Callable[[torch.Tensor], Any], x: torch.Tensor, device: torch.device, calls: int
+) -> float:
+    """Microseconds per call, queue drained at the end (so device time counts too)."""
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        call(x)
+    synchronize(device)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def measure(kernels: int, calls: int, repeats: int, device: torch.device) -> dict[str, float]:
+    fn = make_chain(kernels)
+    x = torch.randn(16, device=device)
+    runner = npu_mempool.GraphRunner(fn, name=f"chain{kernels}")
+    raw = raw_replay(fn, x, device)
+    with torch.no_grad():
+        torch.testing.assert_close(runner(x), fn(x))
+        torch.testing.assert_close(raw(x), fn(x))
+        variants: dict[str, Callable[[torch.Tensor], Any]] = {
+            "eager": fn,
+            "raw_replay": raw,
+            "runner": runner,
+        }
+        samples: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(repeats):  # interleaved so drift hits every variant alike
+            for name, call in variants.items():
+                samples[name].append(time_calls(call, x, device, calls))
+    # The minimum is the least noisy estimate of a fixed per-call cost on a shared machine.
+    result = {name: min(values) for name, values in samples.items()}
+    result.update({f"{name}_median": statistics.median(v) for name, v in samples.items()})
+    result["runner_over_raw"] = result["runner"] / result["raw_replay"]
+    result["runner_overhead_us"] = result["runner"] - result["raw_replay"]
+    return result
+
+
+def write_json(payload: dict[str, Any]) -> None:
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=RESULTS.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f, indent=2)
+    os.replace(tmp, RESULTS)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    device = pick_device()
+    graph = npu_mempool.graph_implementation(device)
+    rows = {
+        f"chain of {args.kernels}": measure(args.kernels, args.calls, args.repeats, device),
+        "one kernel": measure(1, args.calls * 5, args.repeats, device),
+    }
+    print(f"device: {device}  graph: {graph}  torch {torch.__version__}")
+    header = (
+        f"{'workload':<16}{'eager':>11}{'raw replay':>12}{'runner':>11}{'overhead':>11}{'ratio':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, r in rows.items():
+        print(
+            f"{name:<16}{r['eager']:>9.2f}us{r['raw_replay']:>10.2f}us{r['runner']:>9.2f}us"
+            f"{r['runner_overhead_us']:>9.2f}us{r['runner_over_raw']:>7.2f}x"
+        )
+    write_json(
+        {
+            "device": str(device),
+            "graph_implementation": graph,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "calls": args.calls,
+            "repeats": args.repeats,
+            "unit": "us per call (min of repeats; *_median: median)",
+            "rows": rows,
+        }
+    )
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

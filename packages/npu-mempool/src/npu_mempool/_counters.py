@@ -1,0 +1,114 @@
+"""Counters of captures, replays, recaptures, fallbacks and pool memory."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+__all__ = ["Counters", "counters"]
+
+_FIELDS = ("captures", "replays", "recaptures", "fallbacks", "eager_calls", "pool_bytes")
+
+
+class Counters:
+    """What a runner (or the whole process) has done so far.
+
+    Attributes:
+        captures: Graphs captured, recaptures included.
+        replays: Calls answered by a graph replay.
+        recapture_reasons: Recaptures per reason: ``"mutated_input_moved"`` (a MUTATED input came
+            at a new address) or ``"parameter_moved"`` (a PARAMETER did).
+        fallbacks: Times a runner gave up on graphs (capture limit or a failed capture).
+        eager_calls: Calls run eagerly (warm-up calls and calls after a fallback).
+    """
+
+    __slots__ = (
+        "_pool_bytes",
+        "captures",
+        "eager_calls",
+        "fallbacks",
+        "recapture_reasons",
+        "replays",
+    )
+
+    def __init__(self, pool_bytes: Callable[[], int] | None = None) -> None:
+        self.captures = 0
+        self.replays = 0
+        self.recapture_reasons: Counter[str] = Counter()
+        self.fallbacks = 0
+        self.eager_calls = 0
+        self._pool_bytes = pool_bytes
+
+    @property
+    def recaptures(self) -> int:
+        """Recaptures for any reason."""
+        return sum(self.recapture_reasons.values())
+
+    @property
+    def pool_bytes(self) -> int:
+        """Bytes held by graph pools: arena high-water mark on CPU, allocator growth on devices."""
+        return self._pool_bytes() if self._pool_bytes is not None else 0
+
+    def snapshot(self) -> dict[str, Any]:
+        """Return the current values as a plain dict (``recapture_reasons`` copied)."""
+        values: dict[str, Any] = {name: getattr(self, name) for name in _FIELDS}
+        values["recapture_reasons"] = dict(self.recapture_reasons)
+        return values
+
+    @contextlib.contextmanager
+    def expect(self, **deltas: int | Mapping[str, int]) -> Iterator[None]:
+        """Assert how much each counter moves inside the ``with`` block.
+
+        Args:
+            **deltas: Expected change per counter, e.g. ``captures=1, replays=2``.
+                ``recapture_reasons={"mutated_input_moved": 1}`` checks reasons; counters not named
+                are not checked.
+
+        Raises:
+            AssertionError: A counter moved by another amount (all mismatches are listed).
+            TypeError: A name that is not a counter.
+
+        Example:
+            >>> with runner.counters.expect(captures=1, replays=2):  # doctest: +SKIP
+            ...     runner(x)
+            ...     runner(x)
+        """
+        known = (*_FIELDS, "recapture_reasons")
+        unknown = sorted(set(deltas) - set(known))
+        if unknown:
+            raise TypeError(f"unknown counter(s) {unknown}; expected some of {list(known)}")
+        before = self.snapshot()
+        yield
+        after = self.snapshot()
+        wrong = []
+        for name, expected in deltas.items():
+            if name == "recapture_reasons":
+                assert isinstance(expected, Mapping)
+                for reason, count in expected.items():
+                    moved = after[name].get(reason, 0) - before[name].get(reason, 0)
+                    if moved != count:
+                        wrong.append(
+                            f"recapture_reasons[{reason!r}] moved by {moved}, expected {count}"
+                        )
+            else:
+                moved = after[name] - before[name]
+                if moved != expected:
+                    wrong.append(f"{name} moved by {moved}, expected {expected}")
+        if wrong:
+            raise AssertionError("counters: " + "; ".join(wrong))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.snapshot().items())
+        return f"Counters({inner})"
+
+
+def _all_pool_bytes() -> int:
+    from npu_mempool._pool import live_pool_bytes
+
+    return live_pool_bytes()
+
+
+#: Process-wide counters: the sum over every runner; ``pool_bytes`` sums every live pool.
+counters = Counters(pool_bytes=_all_pool_bytes)

@@ -1,0 +1,95 @@
+"""Input classes and capture options of a :class:`~npu_mempool.GraphRunner`."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from npu_mempool.errors import OptionsError
+
+if TYPE_CHECKING:
+    from npu_mempool._pool import PoolHandle
+
+__all__ = ["CaptureOptions", "InputKind"]
+
+
+class InputKind(enum.Enum):
+    """How a positional tensor argument of a captured callable is treated.
+
+    Attributes:
+        PARAMETER: Parameters and buffers. Never copied; the address seen at capture is recorded
+            and a later call with another address recaptures that graph, unless
+            ``CaptureOptions.frozen_parameters`` promises that addresses never change.
+        MUTATED: Inputs updated in place by the graph (a KV cache, a step counter). Never copied, so
+            the update lands in the caller's tensor; a new address recaptures the graph of that key
+            (reason ``"mutated_input_moved"``).
+        USER: Everything else. Copied into a static buffer before every replay (see
+            ``CaptureOptions.clone_input``).
+    """
+
+    PARAMETER = "parameter"
+    MUTATED = "mutated"
+    USER = "user"
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """Memory and capture policy of one :class:`~npu_mempool.GraphRunner`.
+
+    The names follow TorchAir's ``aclgraph`` options; the TorchAir spelling is given per field.
+
+    Attributes:
+        pool: Mode 1 (``aclgraph_config.use_custom_pool``). Every graph of every runner given this
+            handle captures into it, so runners share memory. Setting it turns mode 2 off.
+        reuse_pool_across_shapes: Mode 2 (the inverse of
+            ``debug.aclgraph.disable_mempool_reuse_in_same_fx``). The graphs of one runner share one
+            pool and each new capture rewinds the pool to the state it had before the first one, so
+            the memory of all shapes is about that of the largest, not the sum. The price: replaying
+            one shape overwrites the outputs of the others.
+        clone_input: Mode 3 (``debug.aclgraph.clone_input``). User inputs are copied into buffers
+            allocated from the graph pool with one batched copy per call. When ``False`` the first
+            tensor passed at capture is itself captured, and a later call with another tensor
+            copies that tensor's data *into the first tensor*, overwriting it.
+        clone_output: ``debug.aclgraph.enable_output_clone``. Return clones of the outputs so that a
+            caller can hold them across later calls, at the cost of one allocation and copy per
+            output per call.
+        check_output_overwrite: Debug aid. Outputs are returned as guarded tensors; reading one
+            after a later replay overwrote it raises :class:`~npu_mempool.StaleOutputError`
+            instead of returning wrong numbers. Slows every call; meant for tests and bug hunts.
+        capture_limit: ``debug.aclgraph.static_capture_size_limit``. When a new graph would exceed
+            it, the runner warns once, frees its graphs and runs eagerly from then on.
+        frozen_parameters: Promise that PARAMETER inputs never change address, which removes their
+            per-call address check.
+        strict: Raise :class:`~npu_mempool.CaptureError` when a capture fails instead of logging
+            the reason once and running eagerly.
+        warmup_runs: Eager calls per new graph key before it is captured. Their results are
+            returned as usual. ``0`` (TorchAir's default) captures on the first call of a key; use
+            ``1`` where libraries initialise lazily on first use (cuBLAS handles, autotuning).
+    """
+
+    pool: PoolHandle | None = None
+    reuse_pool_across_shapes: bool = True
+    clone_input: bool = True
+    clone_output: bool = False
+    check_output_overwrite: bool = False
+    capture_limit: int = 64
+    frozen_parameters: bool = False
+    strict: bool = False
+    warmup_runs: int = 0
+
+    def __post_init__(self) -> None:
+        if self.capture_limit < 1:
+            raise OptionsError(
+                f"CaptureOptions.capture_limit must be at least 1, got {self.capture_limit}; "
+                "to disable capture, call the function directly instead of through a GraphRunner"
+            )
+        if self.warmup_runs < 0:
+            raise OptionsError(
+                f"CaptureOptions.warmup_runs must be 0 or more, got {self.warmup_runs}"
+            )
+
+    @property
+    def rewinds_pool(self) -> bool:
+        """Whether captures rewind the pool (mode 2 on and no custom pool)."""
+        return self.pool is None and self.reuse_pool_across_shapes

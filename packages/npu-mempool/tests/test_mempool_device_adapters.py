@@ -1,0 +1,315 @@
+"""Device adapter contract, checked against a fake ``torch_npu`` injected in ``sys.modules``."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from npu_mempool import CaptureOptions, GraphRunner, InputKind, _device, _runner
+
+
+class FakeGraph:
+    def __init__(self, log: list[tuple[Any, ...]]) -> None:
+        self.log = log
+        self.replays = 0
+        self.resets = 0
+        self.captured = False
+
+    def replay(self) -> None:
+        assert self.captured, "replay before capture"
+        self.replays += 1
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+class FakeTorchNpu:
+    """What npu-mempool may use of torch_npu, recording every call."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[Any, ...]] = []
+        self.graphs: list[FakeGraph] = []
+        self.capturing = False
+        self.reserved = 0
+        self.stream = object()
+        fake = self
+
+        @contextlib.contextmanager
+        def graph(g: FakeGraph, pool: Any = None, stream: Any = None) -> Iterator[None]:
+            fake.log.append(("graph", pool, stream))
+            fake.capturing = True
+            try:
+                yield
+            finally:
+                fake.capturing = False
+                fake.reserved += 4096  # a capture grows the pool
+                g.captured = True
+
+        def new_graph() -> FakeGraph:
+            made = FakeGraph(fake.log)
+            fake.graphs.append(made)
+            return made
+
+        def pool_handle() -> tuple[int, int]:
+            fake.log.append(("graph_pool_handle",))
+            return (7, 0)
+
+        self.module = types.ModuleType("torch_npu")
+        npu = types.SimpleNamespace(
+            NPUGraph=new_graph,
+            graph=graph,
+            graph_pool_handle=pool_handle,
+            Stream=lambda device=None: fake.stream,
+            memory_reserved=lambda device=None: fake.reserved,
+        )
+        c = types.SimpleNamespace(
+            _npu_getCheckpointState=lambda index, pool: fake._record("get", index, pool),
+            _npu_setCheckpointPoolState=lambda index, state, stale, add: fake._record(
+                "set", index, state, list(stale), list(add)
+            ),
+        )
+        self.module.npu = npu  # type: ignore[attr-defined]
+        self.module._C = c  # type: ignore[attr-defined]
+
+    def _record(self, *entry: Any) -> Any:
+        self.log.append(entry)
+        return ("state", entry[2]) if entry[0] == "get" else None
+
+    def calls(self, name: str) -> list[tuple[Any, ...]]:
+        return [entry for entry in self.log if entry[0] == name]
+
+
+@pytest.fixture
+def fake_npu(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTorchNpu]:
+    fake = FakeTorchNpu()
+    monkeypatch.setitem(sys.modules, "torch_npu", fake.module)
+    _device.backend_for.cache_clear()
+    backend = _device.backend_for("npu")
+    # Drive CPU tensors through the NPU adapter: only the adapter's calls are under test.
+    monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
+    yield fake
+    _device.backend_for.cache_clear()
+
+
+def test_npu_without_accelerator_graph_uses_npugraph(fake_npu: FakeTorchNpu) -> None:
+    assert _device.graph_implementation("npu") == "torch_npu.npu.NPUGraph"
+    handle = _device.backend_for("npu").new_pool(torch.device("cpu"))
+    assert handle._native == (7, 0)
+    assert fake_npu.calls("graph_pool_handle") == [("graph_pool_handle",)]
+
+
+def test_runner_drives_the_npu_graph_contract(fake_npu: FakeTorchNpu) -> None:
+    inside: list[bool] = []
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        inside.append(fake_npu.capturing)
+        return x * 2
+
+    runner = GraphRunner(fn)
+    runner(torch.ones(4))
+    # An empty capture creates the pool, its state is the rewind target, then the real capture.
+    assert len(fake_npu.calls("graph_pool_handle")) == 1
+    assert fake_npu.calls("graph") == [("graph", (7, 0), fake_npu.stream)] * 2
+    assert fake_npu.calls("get") == [("get", 0, (7, 0))]
+    assert inside == [True]  # the callable ran inside the capture only
+    dummy, first = fake_npu.graphs
+    assert first.replays == 1
+    assert dummy.replays == 0
+    assert runner.counters.pool_bytes == 2 * 4096
+
+    runner(torch.ones(4))
+    assert first.replays == 2
+    assert len(fake_npu.graphs) == 2
+    assert inside == [True]
+
+    runner(torch.ones(8))  # a new shape rewinds the pool before capturing
+    (set_call,) = fake_npu.calls("set")
+    _, index, state, stale, add = set_call
+    assert (index, state, add) == (0, ("state", (7, 0)), [])
+    assert len(stale) == 2  # the first graph's static input buffer and output
+    assert all(isinstance(ptr, int) for ptr in stale)
+    assert fake_npu.graphs[2].replays == 1
+
+    runner.reset()
+    assert first.resets == 1
+    assert fake_npu.graphs[2].resets == 1
+
+
+def test_no_rewind_when_mode2_is_off(fake_npu: FakeTorchNpu) -> None:
+    runner = GraphRunner(lambda x: x + 1, options=CaptureOptions(reuse_pool_across_shapes=False))
+    runner(torch.ones(2))
+    runner(torch.ones(3))
+    assert fake_npu.calls("get") == []
+    assert fake_npu.calls("set") == []
+    assert len(fake_npu.graphs) == 2  # no empty capture either
+
+
+def test_recapture_resets_the_old_npu_graph(fake_npu: FakeTorchNpu) -> None:
+    runner = GraphRunner(lambda x, c: c.add_(x), input_kinds=[InputKind.USER, InputKind.MUTATED])
+    runner(torch.ones(2), torch.zeros(2))
+    old = fake_npu.graphs[-1]
+    runner(torch.ones(2), torch.zeros(2))
+    assert old.resets == 1
+    assert runner.counters.recapture_reasons == {"mutated_input_moved": 1}
+
+
+def test_missing_checkpoint_hooks_turn_mode2_off(
+    fake_npu: FakeTorchNpu, caplog: pytest.LogCaptureFixture
+) -> None:
+    del fake_npu.module._C._npu_setCheckpointPoolState  # type: ignore[attr-defined]
+    runner = GraphRunner(lambda x: x + 1)
+    runner(torch.ones(2))
+    runner(torch.ones(3))
+    assert "no allocator checkpoint hooks" in caplog.text
+    assert fake_npu.calls("set") == []
+
+
+def test_rewind_is_refused_when_the_pool_holds_unknown_memory(
+    fake_npu: FakeTorchNpu, caplog: pytest.LogCaptureFixture
+) -> None:
+    checked: list[set[int]] = []
+
+    def check(index: int, pool: Any, ptrs: set[int]) -> bool:
+        checked.append(set(ptrs))
+        return False  # the pool holds something the runner did not allocate
+
+    fake_npu.module._C._npu_checkPoolLiveAllocations = check  # type: ignore[attr-defined]
+    runner = GraphRunner(lambda x: x + 1, name="leaky")
+    runner(torch.ones(2))
+    runner(torch.ones(3))
+    runner(torch.ones(4))
+    assert len(checked) == 1  # asked once, then mode 2 stays off for this runner
+    assert len(checked[0]) == 2  # the first graph's input buffer and output
+    assert fake_npu.calls("set") == []
+    assert "'leaky'" in caplog.text
+    assert "mode 2 off" in caplog.text
+
+
+def test_unknown_device_type_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="'cpu' \\(emulated\\), 'cuda' and 'npu'"):
+        _device.backend_for("xla")
+
+
+def test_importing_the_package_never_imports_torch_npu() -> None:
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch_npu':\n"
+        "            raise ImportError('torch_npu imported at import time')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import npu_mempool\n"
+        "npu_mempool.graph_implementation('cpu')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class FakeCudaGraphApi:
+    """torch.cuda / torch.accelerator graph calls the CUDA adapter makes, recorded."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.log: list[tuple[Any, ...]] = []
+        self.graphs: list[FakeGraph] = []
+        self.segments: list[dict[str, Any]] = []
+        api = self
+
+        class Graph(FakeGraph):
+            def __init__(self, keep_graph: bool = False, *, pool: Any = None, **kw: Any) -> None:
+                super().__init__(api.log)
+                self.pool = pool
+                api.graphs.append(self)
+
+            def __enter__(self) -> None:
+                api.log.append(("accelerator.Graph", self.pool))
+
+            def __exit__(self, *exc: object) -> None:
+                self.captured = True
+                api.segments.append({"segment_pool_id": self.pool, "total_size": 2 << 20})
+
+        class Stream:
+            def __init__(self, device: Any = None) -> None:
+                self.device = device
+
+            def __enter__(self) -> None:
+                api.log.append(("stream",))
+
+            def __exit__(self, *exc: object) -> None:
+                pass
+
+        @contextlib.contextmanager
+        def legacy(g: Graph, pool: Any = None, stream: Any = None, **kw: Any) -> Iterator[None]:
+            api.log.append(("cuda.graph", pool, kw.get("capture_error_mode")))
+            yield
+            g.captured = True
+            api.segments.append({"segment_pool_id": pool, "total_size": 2 << 20})
+
+        monkeypatch.setattr(torch.accelerator, "Graph", Graph, raising=False)
+        monkeypatch.setattr(torch, "Stream", Stream)
+        monkeypatch.setattr(torch.cuda, "Stream", Stream)
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: Graph())
+        monkeypatch.setattr(torch.cuda, "graph", legacy)
+        monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (3, 1))
+        monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: list(api.segments))
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
+        monkeypatch.setattr(
+            torch._C, "_cuda_getCheckpointState", lambda i, p: ("state", p), raising=False
+        )
+        monkeypatch.setattr(
+            torch._C,
+            "_cuda_checkPoolLiveAllocations",
+            lambda i, p, ptrs: api.log.append(("check", len(ptrs))) or True,
+            raising=False,
+        )
+        monkeypatch.setattr(
+            torch._C,
+            "_cuda_setCheckpointPoolState",
+            lambda i, state, stale, add: api.log.append(("set", state, len(stale))),
+            raising=False,
+        )
+
+
+@pytest.mark.parametrize("accelerator_graph", [True, False])
+def test_cuda_adapter_contract(monkeypatch: pytest.MonkeyPatch, accelerator_graph: bool) -> None:
+    api = FakeCudaGraphApi(monkeypatch)
+    backend = _device.DeviceBackend(_device._Cuda(), accelerator_graph=accelerator_graph)
+    monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
+    expected = "torch.accelerator.Graph" if accelerator_graph else "torch.cuda.CUDAGraph"
+    assert backend.name == expected
+
+    runner = GraphRunner(lambda x: x * 2)
+    runner(torch.ones(4))
+    runner(torch.ones(8))
+    entered = [entry for entry in api.log if entry[0] in ("accelerator.Graph", "cuda.graph")]
+    assert len(entered) == 3  # the empty capture that creates the pool, then two shapes
+    if accelerator_graph:
+        assert all(entry == ("accelerator.Graph", (3, 1)) for entry in entered)
+        assert api.log.count(("stream",)) == 3  # each capture runs on the pool's own stream
+    else:
+        assert all(entry == ("cuda.graph", (3, 1), "thread_local") for entry in entered)
+    assert ("check", 2) in api.log
+    assert api.log.index(("check", 2)) < api.log.index(("set", ("state", (3, 1)), 2))
+    # Pool bytes are the allocator segments owned by this pool.
+    assert runner.counters.pool_bytes == 3 * (2 << 20)
+    assert [g.replays for g in api.graphs] == [0, 1, 1]
+
+
+def test_cuda_picks_accelerator_graph_only_where_torch_has_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _device.backend_for.cache_clear()
+    try:
+        has_it = hasattr(torch.accelerator, "Graph")
+        assert _device.has_accelerator_graph() is has_it
+        expected = "torch.accelerator.Graph" if has_it else "torch.cuda.CUDAGraph"
+        assert _device.graph_implementation("cuda") == expected
+        _device.backend_for.cache_clear()
+        monkeypatch.delattr(torch.accelerator, "Graph", raising=False)
+        assert _device.graph_implementation("cuda:0") == "torch.cuda.CUDAGraph"
+    finally:
+        _device.backend_for.cache_clear()

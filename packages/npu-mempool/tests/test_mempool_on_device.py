@@ -1,0 +1,80 @@
+"""Real device graphs (CUDA or NPU): numbers equal eager; pool reuse holds about the largest."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from npu_mempool import CaptureOptions, GraphRunner, InputKind, StaleOutputError, _device
+
+pytestmark = pytest.mark.device
+
+ROWS = (4096, 3072, 2048, 1024)  # largest first, as serving engines capture their sizes
+WIDTH = 1024
+
+
+@pytest.fixture
+def device() -> torch.device:
+    return _device.default_device()
+
+
+def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x @ w) + x
+
+
+def test_uses_a_real_graph(device: torch.device) -> None:
+    assert _device.graph_implementation(device) != "cpu-emulated"
+
+
+def test_numbers_equal_eager_across_shapes_and_calls(device: torch.device) -> None:
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, device=device) / 8
+    runner = GraphRunner(block, input_kinds=[InputKind.USER, InputKind.PARAMETER])
+    for rows in (8, 16, 8, 32, 16, 8):
+        x = torch.randn(rows, 64, device=device)
+        torch.testing.assert_close(runner(x, w), block(x, w))
+    assert runner.counters.captures == 3
+    assert runner.counters.replays == 3
+
+
+def test_mutated_cache_is_updated_once_per_call(device: torch.device) -> None:
+    def step(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        cache.add_(x)
+        return cache * 2
+
+    runner = GraphRunner(step, input_kinds=[InputKind.USER, InputKind.MUTATED])
+    cache = torch.zeros(4, device=device)
+    for i in range(1, 4):
+        out = runner(torch.ones(4, device=device), cache)
+        assert cache.tolist() == [float(i)] * 4
+        assert out.tolist() == [2.0 * i] * 4
+
+
+def test_stale_output_is_detected_on_device(device: torch.device) -> None:
+    runner = GraphRunner(lambda x: x * 2, options=CaptureOptions(check_output_overwrite=True))
+    a = runner(torch.ones(8, device=device))
+    runner(torch.ones(4, device=device))
+    with pytest.raises(StaleOutputError):
+        a.sum()
+
+
+def _pool_bytes(options: CaptureOptions, rows: tuple[int, ...], device: torch.device) -> int:
+    w = torch.randn(WIDTH, WIDTH, device=device)
+    runner = GraphRunner(block, input_kinds=[InputKind.USER, InputKind.PARAMETER], options=options)
+    for n in rows:
+        x = torch.randn(n, WIDTH, device=device)
+        torch.testing.assert_close(runner(x, w), block(x, w), rtol=1e-3, atol=1e-3)
+    return runner.counters.pool_bytes
+
+
+def test_four_shapes_with_reuse_hold_about_the_largest(device: torch.device) -> None:
+    largest = _pool_bytes(CaptureOptions(), ROWS[:1], device)
+    shared = _pool_bytes(CaptureOptions(), ROWS, device)
+    assert largest > 0
+    assert shared <= 1.25 * largest, (shared, largest)
+
+
+def test_four_shapes_without_reuse_hold_about_the_sum(device: torch.device) -> None:
+    off = CaptureOptions(reuse_pool_across_shapes=False)
+    singles = sum(_pool_bytes(off, (n,), device) for n in ROWS)
+    together = _pool_bytes(off, ROWS, device)
+    assert 0.8 * singles <= together <= 1.25 * singles, (together, singles)

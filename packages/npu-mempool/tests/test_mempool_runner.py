@@ -1,0 +1,291 @@
+"""GraphRunner on CPU: keys, input classes, recapture, limits, failures, counters."""
+
+from __future__ import annotations
+
+import logging
+
+import npu_mempool
+import pytest
+import torch
+from npu_mempool import (
+    CaptureError,
+    CaptureLimitWarning,
+    CaptureOptions,
+    GraphRunner,
+    InputKind,
+    InputLayoutError,
+    OptionsError,
+)
+
+P, M, U = InputKind.PARAMETER, InputKind.MUTATED, InputKind.USER
+
+
+def mlp(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x @ w + b)
+
+
+def test_outputs_equal_eager_over_calls_and_shapes() -> None:
+    torch.manual_seed(0)
+    w, b = torch.randn(8, 4), torch.randn(4)
+    runner = GraphRunner(mlp, input_kinds=[U, P, P])
+    for rows in (2, 3, 2, 5, 3):
+        x = torch.randn(rows, 8)
+        torch.testing.assert_close(runner(x, w, b), mlp(x, w, b))
+    assert runner.num_graphs == 3
+    assert runner.counters.captures == 3
+    assert runner.counters.replays == 2
+
+
+def test_key_includes_int_arguments_and_one_graph_per_key() -> None:
+    calls: list[int] = []
+
+    def fn(x: torch.Tensor, n: int) -> torch.Tensor:
+        calls.append(n)
+        return x * n
+
+    runner = GraphRunner(fn)
+    x = torch.ones(3)
+    with runner.counters.expect(captures=2, replays=2):
+        assert runner(x, 2).tolist() == [2, 2, 2]
+        assert runner(x, 3).tolist() == [3, 3, 3]
+        assert runner(x, 2).tolist() == [2, 2, 2]
+        assert runner(x, 3).tolist() == [3, 3, 3]
+    assert runner.num_graphs == 2
+    assert runner.graph_keys == ((torch.Size([3]), 2), (torch.Size([3]), 3))
+
+
+def test_container_types_and_constants_are_kept() -> None:
+    def fn(x: torch.Tensor) -> list[object]:
+        return [x + 1, 7, x * 2]
+
+    runner = GraphRunner(fn)
+    out = runner(torch.zeros(2))
+    assert isinstance(out, list)
+    assert out[1] == 7
+    out2 = runner(torch.ones(2))
+    assert out2[0].tolist() == [2, 2]
+    assert out2[2].tolist() == [2, 2]
+
+    nested = GraphRunner(lambda x: {"a": x + 1, "b": (x, 3)})
+    got = nested(torch.zeros(2))
+    assert set(got) == {"a", "b"}
+    assert got["b"][1] == 3
+
+
+def test_parameters_are_not_copied_and_their_move_recaptures() -> None:
+    w = torch.ones(3)
+    runner = GraphRunner(lambda x, w: x * w, input_kinds=[U, P])
+    x = torch.full((3,), 2.0)
+    assert runner(x, w).tolist() == [2, 2, 2]
+    w.fill_(3)  # same address: the graph reads the new values, nothing is recaptured
+    with runner.counters.expect(captures=0, replays=1):
+        assert runner(x, w).tolist() == [6, 6, 6]
+    w2 = torch.full((3,), 5.0)
+    with runner.counters.expect(captures=1, recapture_reasons={"parameter_moved": 1}):
+        assert runner(x, w2).tolist() == [10, 10, 10]
+    assert runner.num_graphs == 1
+
+
+def test_frozen_parameters_skip_the_address_check() -> None:
+    runner = GraphRunner(
+        lambda x, w: x * w, input_kinds=[U, P], options=CaptureOptions(frozen_parameters=True)
+    )
+    x, w = torch.ones(2), torch.full((2,), 2.0)
+    runner(x, w)
+    with runner.counters.expect(captures=0, recaptures=0, replays=1):
+        # The promise is broken here on purpose: the captured parameter is still the one used.
+        assert runner(x, torch.full((2,), 9.0)).tolist() == [2, 2]
+
+
+def test_mutated_input_is_updated_in_place_and_its_move_recaptures() -> None:
+    def step(x: torch.Tensor, cache: torch.Tensor, pos: int) -> torch.Tensor:
+        cache[pos] = x
+        return cache.sum(0)
+
+    runner = GraphRunner(step, input_kinds=[U, M, U])
+    cache = torch.zeros(4, 2)
+    runner(torch.ones(2), cache, 0)
+    runner(torch.full((2,), 2.0), cache, 1)
+    assert cache.tolist() == [[1, 1], [2, 2], [0, 0], [0, 0]]
+    out = runner(torch.full((2,), 3.0), cache, 0)
+    assert out.tolist() == [5, 5]
+
+    other = torch.zeros(4, 2)
+    with runner.counters.expect(captures=1, recapture_reasons={"mutated_input_moved": 1}):
+        assert runner(torch.ones(2), other, 0).tolist() == [1, 1]
+    assert other[0].tolist() == [1, 1]
+    assert cache[0].tolist() == [3, 3]  # the old cache is no longer written
+    assert runner.num_graphs == 2
+
+
+def test_each_call_runs_the_callable_once_so_in_place_updates_are_not_doubled() -> None:
+    def bump(counter: torch.Tensor) -> torch.Tensor:
+        counter.add_(1)
+        return counter * 1
+
+    runner = GraphRunner(bump, input_kinds=[M])
+    counter = torch.zeros(1)
+    for expected in (1, 2, 3):
+        assert runner(counter).item() == expected
+
+
+def test_capture_limit_warns_once_frees_graphs_and_runs_eagerly() -> None:
+    runner = GraphRunner(lambda x: x + 1, options=CaptureOptions(capture_limit=2))
+    runner(torch.zeros(1))
+    runner(torch.zeros(2))
+    assert runner.pool is not None
+    assert runner.pool.nbytes > 0
+    with pytest.warns(CaptureLimitWarning, match="capture limit of 2"):
+        out = runner(torch.zeros(3))
+    assert out.tolist() == [1, 1, 1]
+    assert runner.num_graphs == 0
+    assert runner.pool is None
+    assert runner.counters.pool_bytes == 0
+    with runner.counters.expect(captures=0, replays=0, eager_calls=3, fallbacks=0):
+        runner(torch.zeros(1))  # no second warning (warnings are errors in this suite)
+        runner(torch.zeros(4))
+        assert runner(torch.zeros(2)).tolist() == [1, 1]
+    assert runner.counters.fallbacks == 1
+
+
+def test_reset_frees_graphs_and_captures_again() -> None:
+    runner = GraphRunner(lambda x: x + 1)
+    runner(torch.zeros(2))
+    runner.reset()
+    assert runner.num_graphs == 0
+    with runner.counters.expect(captures=1):
+        assert runner(torch.zeros(2)).tolist() == [1, 1]
+
+
+def failing(x: torch.Tensor) -> torch.Tensor:
+    if x.shape[0] == 3:
+        raise RuntimeError("operation not permitted when stream is capturing")
+    return x + 1
+
+
+def test_capture_failure_logs_once_and_runs_that_key_eagerly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls = {"n": 0}
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("not capturable")
+        return x + 1
+
+    runner = GraphRunner(fn, name="flaky")
+    with caplog.at_level(logging.WARNING, logger="npu_mempool"):
+        assert runner(torch.zeros(2)).tolist() == [1, 1]
+        assert runner(torch.zeros(2)).tolist() == [1, 1]
+    records = [r for r in caplog.records if "could not capture" in r.getMessage()]
+    assert len(records) == 1
+    assert "'flaky'" in records[0].getMessage()
+    assert runner.counters.fallbacks == 1
+    assert runner.counters.eager_calls == 2
+    assert runner.counters.captures == 0
+
+
+def test_strict_raises_capture_error_with_the_cause() -> None:
+    runner = GraphRunner(failing, options=CaptureOptions(strict=True))
+    assert runner(torch.zeros(2)).tolist() == [1, 1]
+    with pytest.raises(CaptureError, match="could not capture") as info:
+        runner(torch.zeros(3))
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_specialize_is_called_once_per_new_key() -> None:
+    seen: list[object] = []
+
+    def specialize(key: object, args: tuple[object, ...]) -> object:
+        seen.append(key)
+        return lambda x: x * 10
+
+    runner = GraphRunner(lambda x: x, specialize=specialize)  # type: ignore[arg-type]
+    assert runner(torch.ones(2)).tolist() == [10, 10]
+    runner(torch.ones(2))
+    runner(torch.ones(3))
+    assert seen == [torch.Size([2]), torch.Size([3])]
+
+
+def test_warmup_runs_are_eager_then_the_key_is_captured() -> None:
+    runner = GraphRunner(lambda x: x + 1, options=CaptureOptions(warmup_runs=1))
+    with runner.counters.expect(eager_calls=1, captures=1, replays=1):
+        for _ in range(3):
+            assert runner(torch.zeros(2)).tolist() == [1, 1]
+
+
+def test_layout_errors_are_clear() -> None:
+    with pytest.raises(InputLayoutError, match="one InputKind per positional argument"):
+        GraphRunner(lambda x: x, input_kinds=[U, U])(torch.zeros(1))
+    runner = GraphRunner(lambda x, n: x * n)
+    runner(torch.ones(1), 2)
+    with pytest.raises(InputLayoutError, match="Keep one call signature"):
+        runner(3, torch.ones(1))
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(OptionsError, match="capture_limit"):
+        CaptureOptions(capture_limit=0)
+    with pytest.raises(ValueError, match="warmup_runs"):
+        CaptureOptions(warmup_runs=-1)
+
+
+def test_process_wide_counters_sum_runners() -> None:
+    with npu_mempool.counters.expect(captures=2, replays=1):
+        a = GraphRunner(lambda x: x + 1)
+        b = GraphRunner(lambda x: x - 1)
+        a(torch.zeros(1))
+        a(torch.zeros(1))
+        b(torch.zeros(1))
+    assert npu_mempool.counters.pool_bytes >= a.counters.pool_bytes + b.counters.pool_bytes
+
+
+def test_expect_reports_every_mismatch() -> None:
+    runner = GraphRunner(lambda x: x + 1)
+    expected = r"captures moved by 1, expected 2.*replays"
+    with (
+        pytest.raises(AssertionError, match=expected),
+        runner.counters.expect(captures=2, replays=1),
+    ):
+        runner(torch.zeros(1))
+    with pytest.raises(TypeError, match="unknown counter"), runner.counters.expect(graphs=1):
+        pass
+
+
+def test_failed_recapture_drops_the_old_graph(caplog: pytest.LogCaptureFixture) -> None:
+    state = {"fail": False}
+
+    def step(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        if state["fail"]:
+            raise RuntimeError("cannot capture now")
+        return cache + x
+
+    runner = GraphRunner(step, input_kinds=[U, M])
+    runner(torch.ones(2), torch.zeros(2))
+    state["fail"] = True
+    failing_call = pytest.raises(RuntimeError, match="cannot capture now")
+    with caplog.at_level(logging.WARNING, logger="npu_mempool"), failing_call:
+        runner(torch.ones(2), torch.zeros(2))  # moved cache: recapture fails, eager raises too
+    assert runner.num_graphs == 0
+    state["fail"] = False
+    assert runner(torch.ones(2), torch.full((2,), 4.0)).tolist() == [5, 5]  # eager from now on
+    assert runner.counters.eager_calls == 2
+
+
+def test_a_dropped_runner_frees_its_graphs_without_the_garbage_collector() -> None:
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        runner = GraphRunner(lambda x, c: c.add_(x), input_kinds=[U, M])
+        runner(torch.ones(2), torch.zeros(2))
+        runner(torch.ones(2), torch.zeros(2))
+        pool = weakref.ref(runner.pool)  # type: ignore[arg-type]
+        alive = weakref.ref(runner)
+        del runner
+        assert alive() is None
+        assert pool() is None
+    finally:
+        gc.enable()
