@@ -1,11 +1,181 @@
-"""Command-line entry point `npu-graph-export`."""
+"""Command-line entry point ``npu-graph-export``: ``export``, ``inspect`` and ``run``.
+
+``inspect`` and ``run`` use only the numpy runtime, so they work where torch is not installed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
+import math
+import sys
+from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+import numpy as np
+
+from npu_graph_export._dtypes import element_size
+from npu_graph_export._graph import WEIGHT_ATTR
 from npu_graph_export._version import __version__
+from npu_graph_export.errors import NpuGraphExportError
+
+
+def _load_factory(spec: str) -> Any:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(f"error: expected MODULE:ATTR, got {spec!r}")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        target: Any = importlib.import_module(module_name)
+    finally:
+        sys.path.pop(0)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from npu_graph_export import ExportConfig, dynamo_export
+
+    produced = _load_factory(args.factory)
+    produced = produced() if callable(produced) else produced
+    if not (isinstance(produced, tuple | list) and len(produced) == 2):
+        raise SystemExit("error: the factory must return (model, example_inputs)")
+    model, example = produced
+    example_args = tuple(example) if isinstance(example, tuple | list) else (example,)
+    config = ExportConfig(
+        auto_atc_config_generated=args.auto_atc_config,
+        enable_record_nn_module_stack=args.record_module_stack,
+        **({} if args.embed_limit_bytes is None else {"embed_limit_bytes": args.embed_limit_bytes}),
+    )
+    result = dynamo_export(
+        *example_args,
+        model=model,
+        export_path=args.export_path,
+        export_name=args.export_name,
+        dynamic=args.dynamic,
+        config=config,
+    )
+    print(f"wrote {result.air}")
+    print(f"wrote {result.pbtxt}")
+    for path in (*result.weight_files, *result.config_files):
+        print(f"wrote {path}")
+    return 0
+
+
+def _summary(model: Any) -> dict[str, Any]:
+    ops = Counter(op.type for op in model.graph.op)
+    embedded = external = 0
+    for op in model.graph.op:
+        if op.type == "Const" and WEIGHT_ATTR in op.attr:
+            embedded += len(op.attr["value"].t.data)
+        elif op.type == "FileConstant":
+            count = math.prod(int(d) for d in op.attr["shape"].list.i)
+            external += count * (element_size(int(op.attr["dtype"].dt)) or 0)
+    return {
+        "model": str(model.path),
+        "ops": dict(sorted(ops.items())),
+        "inputs": [str(info) for info in model.inputs],
+        "outputs": [str(info) for info in model.outputs],
+        "weight_bytes": {"embedded": embedded, "files": external, "total": embedded + external},
+    }
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from npu_graph_export import runtime
+
+    model = runtime.load(args.model, weights_dir=args.weights_dir, rank=args.rank)
+    summary = _summary(model)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"model: {summary['model']}")
+    print(f"ops ({sum(summary['ops'].values())}):")
+    for op_type, count in summary["ops"].items():
+        print(f"  {op_type:<20} {count}")
+    print("inputs:")
+    for line in summary["inputs"]:
+        print(f"  {line}")
+    print("outputs:")
+    for line in summary["outputs"]:
+        print(f"  {line}")
+    weights = summary["weight_bytes"]
+    total, embedded, files = weights["total"], weights["embedded"], weights["files"]
+    print(f"weight bytes: {total} (embedded {embedded}, files {files})")
+    return 0
+
+
+def _random_input(info: Any, rng: np.random.Generator, dynamic_size: int, high: int) -> Any:
+    shape = [dynamic_size if d < 0 else d for d in info.shape]
+    dtype = info.numpy_dtype
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(dtype)
+    return rng.integers(0, high, shape).astype(dtype)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from npu_graph_export import runtime
+
+    model = runtime.load(
+        args.model, weights_dir=args.weights_dir, collectives=args.collectives, rank=args.rank
+    )
+    if args.input:
+        inputs = [np.load(path, allow_pickle=False) for path in args.input]
+    else:
+        rng = np.random.default_rng(args.seed)
+        inputs = [_random_input(i, rng, args.dynamic_size, args.int_high) for i in model.inputs]
+    outputs = model.run(*inputs)
+    for index, output in enumerate(outputs):
+        print(f"output{index}: {output.dtype} {list(output.shape)}")
+        if args.output_dir is not None:
+            directory = Path(args.output_dir)
+            directory.mkdir(parents=True, exist_ok=True)
+            np.save(directory / f"output{index}.npy", output)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="npu-graph-export",
+        description="Export PyTorch models to GE graphs (.air) and inspect or run them with numpy.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    export = commands.add_parser("export", help="export a model built by a Python factory")
+    export.add_argument("factory", help="MODULE:ATTR returning (model, example_inputs)")
+    export.add_argument("--export-path", default="export_file")
+    export.add_argument("--export-name", default="export")
+    export.add_argument("--dynamic", action="store_true", help="export dynamic dimensions")
+    export.add_argument("--auto-atc-config", action="store_true")
+    export.add_argument("--record-module-stack", action="store_true")
+    export.add_argument("--embed-limit-bytes", type=int, default=None)
+    export.set_defaults(handler=_cmd_export)
+
+    inspect = commands.add_parser("inspect", help="summarise an .air file or export directory")
+    inspect.add_argument("model")
+    inspect.add_argument("--weights-dir", default=None)
+    inspect.add_argument("--rank", type=int, default=None)
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+    inspect.set_defaults(handler=_cmd_inspect)
+
+    run = commands.add_parser("run", help="execute an .air file with the numpy runtime")
+    run.add_argument("model")
+    run.add_argument("--input", action="append", help=".npy file per input, in order")
+    run.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+    run.add_argument("--dynamic-size", type=int, default=2, help="size for -1 dims")
+    run.add_argument("--int-high", type=int, default=2, help="random ints are in [0, N)")
+    run.add_argument("--output-dir", default=None, help="save outputs as .npy here")
+    run.add_argument("--weights-dir", default=None)
+    run.add_argument("--collectives", choices=("error", "replicated"), default="error")
+    run.add_argument("--rank", type=int, default=None)
+    run.set_defaults(handler=_cmd_run)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -15,10 +185,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
 
     Returns:
-        The process exit code.
+        The process exit code: 0 on success, 1 when the model or files are at fault.
     """
-    parser = argparse.ArgumentParser(prog="npu-graph-export")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.parse_args(argv)
-    parser.print_help()
-    return 0
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except NpuGraphExportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1

@@ -14,6 +14,10 @@ __all__ = [
     "ExportError",
     "UnsupportedOpError",
     "ModelFormatError",
+    "ExportPathError",
+    "GraphBreakError",
+    "DataDependentControlFlowError",
+    "RuntimeInputError",
 ]
 
 
@@ -33,13 +37,47 @@ class ExportError(NpuGraphExportError, ValueError):
     code: ClassVar[str] = "export"
 
 
+class ExportPathError(ExportError):
+    """The export target is unsafe: a symlink, a file in the way, or a path that escapes it."""
+
+    code: ClassVar[str] = "export-path"
+
+
+class GraphBreakError(ExportError):
+    """Dynamo could not capture the model as one graph (``fullgraph=True`` failed)."""
+
+    code: ClassVar[str] = "graph-break"
+
+
+class DataDependentControlFlowError(GraphBreakError):
+    """The model branches on tensor values, which an offline graph cannot do."""
+
+    code: ClassVar[str] = "data-dependent-control-flow"
+
+
 class UnsupportedOpError(NpuGraphExportError, NotImplementedError):
-    """An ATen operator has no GE converter."""
+    """An ATen operator has no GE converter.
+
+    Attributes:
+        op: The ATen operator (``aten.foo.default``), when known.
+        module_path: Where in the model the op came from, when known.
+    """
 
     code: ClassVar[str] = "unsupported-op"
+
+    def __init__(self, message: str, *, op: str | None = None, module_path: str | None = None):
+        super().__init__(message)
+        self.op = op
+        self.module_path = module_path
 
 
 class ModelFormatError(NpuGraphExportError, ValueError):
     """An exported model file is malformed."""
 
     code: ClassVar[str] = "model-format"
+
+
+class RuntimeInputError(NpuGraphExportError, ValueError):
+    """Inputs given to the reference runtime do not match the model's inputs."""
+
+    code: ClassVar[str] = "runtime-input"

@@ -1,0 +1,180 @@
+"""Turn an ExportedProgram's ATen graph into a GE graph (weights still unresolved)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+
+from npu_graph_export._converters import CONVERTERS, Context, ge_dtype, static_shape
+from npu_graph_export._graph import GraphBuilder, Tensor
+from npu_graph_export._proto import ge_ir_pb2 as ge
+from npu_graph_export.errors import ExportError, NpuGraphExportError, UnsupportedOpError
+
+
+@dataclass
+class Weight:
+    """A parameter, buffer or lifted constant that becomes a Const or FileConstant op."""
+
+    op_name: str
+    qualified_name: str
+    tensor: torch.Tensor
+
+
+@dataclass
+class Converted:
+    """The GE graph of one model plus what the writer needs to finish it."""
+
+    graph: ge.GraphDef
+    weights: list[Weight] = field(default_factory=list)
+    groups: dict[str, list[int]] = field(default_factory=dict)
+
+
+def module_path(node: fx.Node) -> str:
+    """Where in the user's model ``node`` came from: module path and source line, if known."""
+    parts: list[str] = []
+    stack = node.meta.get("nn_module_stack") or {}
+    if stack:
+        path, kind = list(stack.values())[-1]
+        kind_name = kind if isinstance(kind, str) else getattr(kind, "__qualname__", str(kind))
+        parts.append(f"module {path or '<root>'!s} ({kind_name})")
+    trace = node.meta.get("stack_trace") or ""
+    lines = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]
+    if lines:
+        parts.append(lines[-1])
+    return "; ".join(parts) or "unknown location"
+
+
+def op_name(target: Any) -> str:
+    """A readable name for an FX call target (``aten.add.Tensor``)."""
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+    return getattr(target, "__name__", str(target))
+
+
+def _module_stack_attr(node: fx.Node) -> str:
+    return str(node.meta.get("nn_module_stack") or {})
+
+
+def convert(
+    program: ExportedProgram, graph_name: str, *, record_module_stack: bool = False
+) -> Converted:
+    """Convert ``program`` to GE ops; weights become placeholder ``Const`` ops to fill later.
+
+    Raises:
+        UnsupportedOpError: an ATen op has no converter (names the op and where it came from).
+        ExportError: the model mutates its inputs or returns something that is not a tensor.
+    """
+    builder = GraphBuilder(graph_name)
+    ctx = Context(builder)
+    converted = Converted(builder.graph)
+    signature = program.graph_signature
+    specs = {spec.arg.name: spec for spec in signature.input_specs}
+    state = {**program.state_dict, **program.constants}
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+
+    # Weights first (their op name is the placeholder's), then user inputs as Data 0..n-1.
+    user_index = 0
+    for node in placeholders:
+        spec = specs[node.name]
+        value = node.meta.get("val")
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            tensor = state[str(spec.target)]
+            tensor = tensor.detach() if isinstance(tensor, torch.Tensor) else tensor
+            shape = tuple(tensor.shape)
+            ctx.env[node] = builder.add1("Const", node.name, [], ge_dtype(tensor.dtype), shape)
+            converted.weights.append(Weight(ctx.env[node].op, str(spec.target), tensor))
+        elif spec.kind == InputKind.USER_INPUT and isinstance(value, torch.Tensor):
+            dtype, shape = ge_dtype(value.dtype), static_shape(value)
+            data = builder.add1("Data", node.name, [], dtype, shape, {"index": user_index})
+            op = builder.graph.op[-1]
+            op.input_desc.add().CopyFrom(op.output_desc[0])
+            op.input_desc[0].name = "x"
+            user_index += 1
+            ctx.env[node] = data
+        elif spec.kind == InputKind.USER_INPUT:
+            ctx.env[node] = value  # a Python scalar Dynamo specialised on
+        else:
+            raise ExportError(
+                f"input {node.name!r} of kind {spec.kind.name} cannot be exported; export a "
+                "model whose inputs are tensors, parameters and buffers"
+            )
+
+    outputs: list[Tensor] = []
+    for node in program.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            outputs = _outputs(ctx, program, node)
+            continue
+        if node.op != "call_function":
+            raise UnsupportedOpError(
+                f"FX node {node.name!r} ({node.op}) cannot be exported (from {module_path(node)});"
+                " higher-order ops such as torch.cond are not supported: use torch.where",
+                op=str(node.target),
+                module_path=module_path(node),
+            )
+        converter = CONVERTERS.get(node.target)
+        if converter is None:
+            name = op_name(node.target)
+            where = module_path(node)
+            hint = (
+                "torch.cond / control flow operators have no GE converter; use torch.where"
+                if "higher_order" in str(node.target)
+                else "rewrite that part with supported ops, or register a converter"
+            )
+            raise UnsupportedOpError(
+                f"ATen op {name} has no GE converter (from {where}); {hint}. "
+                "npu_graph_export.supported_ops() lists the ops that convert",
+                op=name,
+                module_path=where,
+            )
+        ctx.node = node
+        builder.scope_attrs = (
+            {"nn_module_stack": _module_stack_attr(node)} if record_module_stack else {}
+        )
+        try:
+            ctx.env[node] = converter(ctx, node)
+        except UnsupportedOpError as error:
+            where = module_path(node)
+            raise UnsupportedOpError(
+                f"{error.message} (at {op_name(node.target)}, from {where})",
+                op=op_name(node.target),
+                module_path=where,
+            ) from error
+        except NpuGraphExportError:
+            raise
+        except Exception as error:
+            raise ExportError(
+                f"converting {op_name(node.target)} (from {module_path(node)}) failed: "
+                f"{type(error).__name__}: {error}; please report this with the model"
+            ) from error
+    builder.scope_attrs = {}
+    builder.finish(outputs)
+    converted.groups = dict(ctx.groups)
+    kept = {op.name for op in builder.graph.op}
+    converted.weights = [w for w in converted.weights if w.op_name in kept]
+    return converted
+
+
+def _outputs(ctx: Context, program: ExportedProgram, node: fx.Node) -> list[Tensor]:
+    results: list[Tensor] = []
+    values = node.args[0]
+    for spec, arg in zip(program.graph_signature.output_specs, values, strict=True):  # type: ignore[arg-type]
+        if spec.kind != OutputKind.USER_OUTPUT:
+            raise ExportError(
+                f"the model updates {spec.target!r} in place ({spec.kind.name}); an offline "
+                "graph has no state, so return the new value as an output instead"
+            )
+        value = ctx.value(arg)
+        if not isinstance(value, Tensor):
+            raise ExportError(
+                f"model output {arg!s} is a {type(value).__name__}, not a tensor; return only "
+                "tensors from forward()"
+            )
+        results.append(value)
+    return results

@@ -1,0 +1,23 @@
+"""ATen -> GE converters, one module per operator family, gathered in one table.
+
+Importing this package registers every converter in :data:`CONVERTERS`.
+"""
+
+from __future__ import annotations
+
+from npu_graph_export._converters import (  # noqa: F401  (imported to register)
+    activation,
+    attention,
+    collective,
+    creation,
+    elementwise,
+    index,
+    matmul,
+    norm,
+    reduce,
+    shape,
+    symbolic,
+)
+from npu_graph_export._converters._base import CONVERTERS, Context, ge_dtype, static_shape
+
+__all__ = ["CONVERTERS", "Context", "ge_dtype", "static_shape"]

@@ -1,0 +1,150 @@
+"""Elementwise arithmetic, comparisons, logic and unary maths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx
+
+from npu_graph_export._converters._base import (
+    Context,
+    Value,
+    args_of,
+    aten,
+    ge_dtype,
+    kwargs_of,
+    register,
+)
+from npu_graph_export._graph import Tensor
+from npu_graph_export._proto import ge_ir_pb2 as ge
+
+
+def _operand_dtype(ctx: Context, node: fx.Node) -> int:
+    # ATen promotes mixed operands (int tensor + float weight); GE ops need equal dtypes, so
+    # cast both to torch's promoted type, which is also the output dtype for arithmetic.
+    values = [ctx.meta(a) if isinstance(a, fx.Node) else a for a in args_of(node)[:2]]
+    promoted: torch.dtype = torch.result_type(*values)
+    return ge_dtype(promoted)
+
+
+def _binary(op_type: str, *, compare: bool = False) -> Any:
+    def convert(ctx: Context, node: fx.Node) -> Value:
+        dtype = _operand_dtype(ctx, node) if compare else ctx.out_dtype()
+        lhs, rhs = (ctx.tensor(a, dtype) for a in args_of(node)[:2])
+        alpha = kwargs_of(node).get("alpha", 1)
+        if alpha != 1:
+            rhs = ctx.emit(
+                "Mul", [rhs, ctx.tensor(alpha, dtype)], suffix="alpha", dtype=dtype, shape=rhs.shape
+            )
+        return ctx.emit(op_type, [lhs, rhs])
+
+    return convert
+
+
+for _op_type, _targets in {
+    "Add": (aten.add.Tensor, aten.add.Scalar),
+    "Sub": (aten.sub.Tensor, aten.sub.Scalar),
+    "Mul": (aten.mul.Tensor, aten.mul.Scalar),
+    "Maximum": (aten.maximum.default,),
+    "Minimum": (aten.minimum.default,),
+    "Pow": (aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar),
+}.items():
+    register(*_targets)(_binary(_op_type))
+
+for _op_type, _targets in {
+    "Equal": (aten.eq.Tensor, aten.eq.Scalar),
+    "NotEqual": (aten.ne.Tensor, aten.ne.Scalar),
+    "Less": (aten.lt.Tensor, aten.lt.Scalar),
+    "LessEqual": (aten.le.Tensor, aten.le.Scalar),
+    "Greater": (aten.gt.Tensor, aten.gt.Scalar),
+    "GreaterEqual": (aten.ge.Tensor, aten.ge.Scalar),
+    "LogicalAnd": (aten.logical_and.default, aten.bitwise_and.Tensor),
+    "LogicalOr": (aten.logical_or.default, aten.bitwise_or.Tensor),
+}.items():
+    register(*_targets)(_binary(_op_type, compare=True))
+
+
+@register(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(ctx: Context, node: fx.Node) -> Value:
+    dtype = ctx.out_dtype()
+    lhs, rhs = (ctx.tensor(a, dtype) for a in args_of(node)[:2])
+    alpha = kwargs_of(node).get("alpha", 1)
+    if alpha != 1:
+        lhs = ctx.emit("Mul", [lhs, ctx.tensor(alpha, dtype)], suffix="alpha", shape=lhs.shape)
+    return ctx.emit("Sub", [rhs, lhs])
+
+
+@register(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode)
+def _div(ctx: Context, node: fx.Node) -> Value:
+    mode = kwargs_of(node).get("rounding_mode")
+    dtype = ctx.out_dtype()
+    lhs, rhs = (ctx.tensor(a, dtype) for a in args_of(node)[:2])
+    if mode is None:
+        return ctx.emit("RealDiv", [lhs, rhs])
+    if mode == "floor":
+        return ctx.emit("FloorDiv", [lhs, rhs])
+    from npu_graph_export.errors import UnsupportedOpError
+
+    raise UnsupportedOpError(
+        f"aten.div with rounding_mode={mode!r} has no GE converter; use floor division or "
+        "true division in the model"
+    )
+
+
+def _unary(op_type: str, **attrs: Any) -> Any:
+    def convert(ctx: Context, node: fx.Node) -> Value:
+        return ctx.emit(
+            op_type, [ctx.tensor(args_of(node)[0], ctx.out_dtype())], dict(attrs) or None
+        )
+
+    return convert
+
+
+for _op_type, _targets in {
+    "Neg": (aten.neg.default,),
+    "Exp": (aten.exp.default,),
+    "Log": (aten.log.default,),
+    "Sqrt": (aten.sqrt.default,),
+    "Rsqrt": (aten.rsqrt.default,),
+    "Sin": (aten.sin.default,),
+    "Cos": (aten.cos.default,),
+    "Tanh": (aten.tanh.default,),
+    "Sigmoid": (aten.sigmoid.default,),
+    "Abs": (aten.abs.default,),
+    "Relu": (aten.relu.default,),
+    "Reciprocal": (aten.reciprocal.default,),
+    "Erf": (aten.erf.default,),
+}.items():
+    register(*_targets)(_unary(_op_type))
+
+
+@register(aten.logical_not.default, aten.bitwise_not.default)
+def _logical_not(ctx: Context, node: fx.Node) -> Value:
+    source = ctx.meta(args_of(node)[0])
+    if source.dtype != torch.bool:
+        from npu_graph_export.errors import UnsupportedOpError
+
+        raise UnsupportedOpError(
+            "aten.bitwise_not on integer tensors has no GE converter here; apply it to a bool "
+            "mask (~mask) instead"
+        )
+    return ctx.emit("LogicalNot", [ctx.tensor(args_of(node)[0], ge.DT_BOOL)], dtype=ge.DT_BOOL)
+
+
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(ctx: Context, node: fx.Node) -> Value:
+    dtype = ctx.out_dtype()
+    condition = ctx.tensor(args_of(node)[0], ge.DT_BOOL)
+    then, other = (ctx.tensor(a, dtype) for a in args_of(node)[1:3])
+    return ctx.emit("SelectV2", [condition, then, other])
+
+
+@register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(ctx: Context, node: fx.Node) -> Value:
+    dtype = ctx.out_dtype()
+    source = ctx.tensor(args_of(node)[0], dtype)
+    mask = ctx.tensor(args_of(node)[1], ge.DT_BOOL)
+    fill = args_of(node)[2]
+    fill_value: Tensor = ctx.tensor(fill if not isinstance(fill, float) else float(fill), dtype)
+    return ctx.emit("SelectV2", [mask, fill_value, source])

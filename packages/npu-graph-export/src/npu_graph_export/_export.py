@@ -1,0 +1,207 @@
+"""``dynamo_export``: trace, convert, choose how weights are stored, write atomically."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from npu_graph_export._atc import model_relation_config, numa_config, to_json
+from npu_graph_export._config import ExportConfig, resolve_config
+from npu_graph_export._convert import Converted, convert
+from npu_graph_export._converters import ge_dtype
+from npu_graph_export._graph import WEIGHT_ATTR, DType, set_attr, tensor_desc
+from npu_graph_export._paths import check_export_name, check_target, weight_file_name, write_files
+from npu_graph_export._pbtxt import render_pbtxt
+from npu_graph_export._proto import ge_ir_pb2 as ge
+from npu_graph_export._trace import trace
+from npu_graph_export.errors import ExportError
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What :func:`dynamo_export` wrote.
+
+    Attributes:
+        air: The ``.air`` model file.
+        pbtxt: The readable ``dynamo.pbtxt``.
+        weight_files: Raw weight files (empty when weights are embedded in the ``.air``).
+        config_files: ATC config templates written by this rank.
+        rank: This process's rank, or None outside torch.distributed.
+        ops: Number of GE ops in the graph, by type.
+    """
+
+    air: Path
+    pbtxt: Path
+    weight_files: tuple[Path, ...] = ()
+    config_files: tuple[Path, ...] = ()
+    rank: int | None = None
+    ops: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def externalized(self) -> bool:
+        """True when weights live in their own files (``FileConstant`` ops)."""
+        return bool(self.weight_files)
+
+
+def supported_ops() -> list[str]:
+    """Names of the ATen (and Python operator) targets that have a GE converter, sorted."""
+    from npu_graph_export._convert import op_name
+    from npu_graph_export._converters import CONVERTERS
+
+    return sorted({op_name(target) for target in CONVERTERS})
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    return bytes(flat.view(torch.uint8).numpy().tobytes()) if flat.numel() else b""
+
+
+def _distributed() -> tuple[int, list[int]] | None:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return dist.get_rank(), [int(r) for r in dist.get_process_group_ranks(dist.group.WORLD)]
+
+
+def _resolve_weights(
+    converted: Converted, options: ExportConfig, weight_dir: Path
+) -> dict[str, bytes]:
+    """Fill the weight ops in place (all Const or all FileConstant); return files to write."""
+    ops = {op.name: op for op in converted.graph.op}
+    payloads = [(w, _tensor_bytes(w.tensor)) for w in converted.weights]
+    estimate = converted.graph.ByteSize() + sum(len(data) for _, data in payloads)
+    external = estimate > options.embed_limit_bytes
+    files: dict[str, bytes] = {}
+    used: set[str] = set()
+    for weight, data in payloads:
+        op = ops[weight.op_name]
+        dtype = ge_dtype(weight.tensor.dtype)
+        shape = list(weight.tensor.shape)
+        # Private attribute (GE ignores "_" attrs): lets tools tell weights from small constants.
+        set_attr(op.attr[WEIGHT_ATTR], weight.qualified_name)
+        if not external:
+            value = op.attr["value"].t
+            value.desc.CopyFrom(tensor_desc("y", dtype, shape))
+            value.data = data
+            continue
+        name = weight_file_name(weight.qualified_name)
+        while name in used:  # two names that differ only in '.' vs '_'
+            name += "_"
+        used.add(name)
+        op.type = "FileConstant"
+        if "value" in op.attr:
+            del op.attr["value"]
+        set_attr(op.attr["shape"], shape)
+        set_attr(op.attr["dtype"], DType(dtype))
+        set_attr(op.attr["file_path"], str(weight_dir / name))
+        set_attr(op.attr["file_id"], "")
+        files[name] = data
+    return files
+
+
+def dynamo_export(
+    *args: Any,
+    model: torch.nn.Module,
+    export_path: str | os.PathLike[str] = "export_file",
+    export_name: str = "export",
+    dynamic: bool = False,
+    config: Any = None,
+    **kwargs: Any,
+) -> ExportResult:
+    """Export ``model(*args, **kwargs)`` as an offline GE graph (``.air``) plus readable text.
+
+    The model is traced once by Dynamo as a single graph on fake tensors (nothing executes),
+    converted from ATen to GE operators and written to ``export_path``:
+    ``<export_name>.air`` (binary ``ge.proto.ModelDef``), ``dynamo.pbtxt`` and, when graph plus
+    weights exceed the embed limit, one raw file per weight. Under ``torch.distributed`` each
+    rank writes ``<export_name><rank>.air`` and ``rank_<rank>/`` (pbtxt and weights), and
+    collectives become ``HcomAllReduce`` / ``HcomAllGather`` / ``HcomReduceScatter``.
+
+    Args:
+        *args: Example positional inputs of ``model``.
+        model: The module to export.
+        export_path: Output directory (created if missing). Weight paths recorded in the graph
+            keep this form: a relative path means ATC must run from its parent directory.
+        export_name: Base name of the ``.air`` file; a plain file name.
+        dynamic: Export every input dimension as dynamic (-1 in the graph) where the model
+            allows it; ``False`` keeps the example shapes.
+        config: An :class:`ExportConfig`, or any object with
+            ``config.export.experimental.auto_atc_config_generated`` and
+            ``.enable_record_nn_module_stack`` (such as ``npu_compile.CompilerConfig``).
+        **kwargs: Example keyword inputs of ``model``.
+
+    Returns:
+        The paths written, as an :class:`ExportResult`.
+
+    Raises:
+        ExportPathError: unsafe ``export_path``/``export_name`` (symlink, escaping path).
+        GraphBreakError: the model is not one graph; ``DataDependentControlFlowError`` for
+            branches on tensor values.
+        UnsupportedOpError: an ATen op without GE converter (message names op and module).
+
+    Nothing is written unless every check and the conversion succeed.
+
+    Example:
+        >>> dynamo_export(x, y, model=model, export_path="out")  # doctest: +SKIP
+    """
+    options = resolve_config(config)
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_export_name(export_name)
+    root = Path(export_path)
+    dist_info = _distributed()
+    rank = None if dist_info is None else dist_info[0]
+    sub = Path() if rank is None else Path(f"rank_{rank}")
+    air_name = f"{export_name}.air" if rank is None else f"{export_name}{rank}.air"
+    pbtxt_name = str(sub / "dynamo.pbtxt")
+    check_target(root, [air_name, pbtxt_name])
+
+    program = trace(model, tuple(args), dict(kwargs), dynamic=dynamic)
+    converted = convert(
+        program, export_name, record_module_stack=options.enable_record_nn_module_stack
+    )
+    weight_files = _resolve_weights(converted, options, root / sub)
+
+    model_def = ge.ModelDef(name=export_name, version=1)
+    model_def.graph.add().CopyFrom(converted.graph)
+    payload = model_def.SerializeToString()
+    if len(payload) >= 2**31:
+        raise ExportError(
+            f"the serialised graph is {len(payload)} bytes, over protobuf's 2 GiB limit; lower "
+            "ExportConfig.embed_limit_bytes so that weights are written to files"
+        )
+
+    files: dict[str, bytes] = {
+        air_name: payload,
+        pbtxt_name: render_pbtxt(converted.graph).encode(),
+    }
+    files.update({str(sub / name): data for name, data in weight_files.items()})
+    config_names: list[str] = []
+    # Templates only make sense for a graph that talks to other ranks (as TorchAir does).
+    wants_templates = options.auto_atc_config_generated and bool(converted.groups)
+    if dist_info is not None and rank == 0 and wants_templates:
+        world = dist_info[1]
+        files["model_relation_config.json"] = to_json(
+            model_relation_config(export_name, world, converted.groups)
+        )
+        files["numa_config.json"] = to_json(numa_config(world))
+        config_names = ["model_relation_config.json", "numa_config.json"]
+    check_target(root, list(files))
+    write_files(root, files)
+
+    counts: dict[str, int] = {}
+    for op in converted.graph.op:
+        counts[op.type] = counts.get(op.type, 0) + 1
+    return ExportResult(
+        air=root / air_name,
+        pbtxt=root / pbtxt_name,
+        weight_files=tuple(root / sub / name for name in weight_files),
+        config_files=tuple(root / name for name in config_names),
+        rank=rank,
+        ops=counts,
+    )

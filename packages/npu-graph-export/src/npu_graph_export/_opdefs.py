@@ -1,0 +1,140 @@
+"""The GE operators this package writes and its runtime reads: input, output and attribute names.
+
+Names follow CANN's operator specification so that ATC accepts the graph. The table is the one
+place both sides agree on: the exporter names tensor descriptors from it and the runtime checks
+loaded ops against it. This module must not import torch (the runtime imports it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Signature of one GE operator.
+
+    Attributes:
+        inputs: Input names in order. A name ending in ``*`` is dynamic (``x0``, ``x1``, ...).
+        outputs: Output names in order, with the same ``*`` convention.
+        optional: Input names that may be left unconnected.
+    """
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    optional: frozenset[str] = frozenset()
+
+    def input_names(self, count: int) -> list[str]:
+        """Names of ``count`` connected inputs (dynamic inputs expanded, optional ones dropped)."""
+        return _expand(self.inputs, count)
+
+    def output_names(self, count: int) -> list[str]:
+        """Names of ``count`` outputs (a dynamic output expanded)."""
+        return _expand(self.outputs, count)
+
+
+def _expand(names: tuple[str, ...], count: int) -> list[str]:
+    dynamic = [i for i, name in enumerate(names) if name.endswith("*")]
+    if not dynamic:
+        return list(names[:count])
+    # One dynamic slot takes whatever the fixed names leave over.
+    slot = dynamic[0]
+    repeat = max(count - (len(names) - 1), 0)
+    stem = names[slot][:-1]
+    return [*names[:slot], *(f"{stem}{i}" for i in range(repeat)), *names[slot + 1 :]][:count]
+
+
+_UNARY = OpSpec(("x",), ("y",))
+_BINARY = OpSpec(("x1", "x2"), ("y",))
+
+OPS: dict[str, OpSpec] = {
+    # Graph structure.
+    "Data": _UNARY,
+    "Const": OpSpec((), ("y",)),
+    "FileConstant": OpSpec((), ("y",)),
+    "NetOutput": OpSpec(("x*",), ()),
+    "Identity": _UNARY,
+    # Elementwise.
+    **{
+        name: _BINARY
+        for name in (
+            "Add",
+            "Sub",
+            "Mul",
+            "RealDiv",
+            "FloorDiv",
+            "Maximum",
+            "Minimum",
+            "Pow",
+            "Equal",
+            "NotEqual",
+            "Less",
+            "LessEqual",
+            "Greater",
+            "GreaterEqual",
+            "LogicalAnd",
+            "LogicalOr",
+        )
+    },
+    **{
+        name: _UNARY
+        for name in (
+            "Neg",
+            "Exp",
+            "Log",
+            "Sqrt",
+            "Rsqrt",
+            "Sin",
+            "Cos",
+            "Tanh",
+            "Sigmoid",
+            "Abs",
+            "Relu",
+            "Reciprocal",
+            "Erf",
+            "LogicalNot",
+            "Gelu",
+            "GeluV2",
+            "Swish",
+            "Cast",
+            "OnesLike",
+            "ZerosLike",
+            "Tril",
+            "Triu",
+            "Shape",
+            "Squeeze",
+        )
+    },
+    "SelectV2": OpSpec(("condition", "then", "else"), ("result",)),
+    # Matrix products and normalisation.
+    "MatMulV2": OpSpec(("x1", "x2", "bias", "offset_w"), ("y",), frozenset({"bias", "offset_w"})),
+    "BatchMatMulV2": OpSpec(
+        ("x1", "x2", "bias", "offset_w"), ("y",), frozenset({"bias", "offset_w"})
+    ),
+    "SoftmaxV2": _UNARY,
+    "LogSoftmaxV2": OpSpec(("logits",), ("logsoftmax",)),
+    "LayerNorm": OpSpec(("x", "gamma", "beta"), ("y", "mean", "variance")),
+    # Reductions.
+    "ReduceMean": OpSpec(("x", "axes"), ("y",)),
+    "ReduceSum": OpSpec(("x", "axes"), ("y",)),
+    "ReduceMax": OpSpec(("x", "axes"), ("y",)),
+    # Shapes and data movement.
+    "Reshape": OpSpec(("x", "shape"), ("y",)),
+    "Transpose": OpSpec(("x", "perm"), ("y",)),
+    "ExpandDims": OpSpec(("x", "axis"), ("y",)),
+    "BroadcastTo": OpSpec(("x", "shape"), ("y",)),
+    "ConcatV2": OpSpec(("x*", "concat_dim"), ("y",)),
+    "Pack": OpSpec(("x*",), ("y",)),
+    "SplitV": OpSpec(("x", "size_splits", "split_dim"), ("y*",)),
+    "GatherV2": OpSpec(("x", "indices", "axis"), ("y",)),
+    "StridedSliceV2": OpSpec(
+        ("x", "begin", "end", "axes", "strides"), ("y",), frozenset({"axes", "strides"})
+    ),
+    "Fill": OpSpec(("dims", "value"), ("y",)),
+    "Range": OpSpec(("start", "limit", "delta"), ("y",)),
+    # Collectives.
+    "HcomAllReduce": _UNARY,
+    "HcomAllGather": _UNARY,
+    "HcomReduceScatter": _UNARY,
+}
+"""Every GE operator type the exporter may emit, by type name."""

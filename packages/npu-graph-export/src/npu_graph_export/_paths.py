@@ -1,0 +1,107 @@
+"""Checks on where an export may write, and writing a set of files without half-done states."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from npu_graph_export.errors import ExportPathError
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+def check_export_name(name: str) -> str:
+    """Return ``name`` if it is a plain file name, else raise :class:`ExportPathError`."""
+    if (
+        not name
+        or name in {".", ".."}
+        or "/" in name
+        or "\\" in name
+        or "\0" in name
+        or os.sep in name
+        or (os.altsep is not None and os.altsep in name)
+    ):
+        raise ExportPathError(
+            f"export_name {name!r} must be a plain file name (no '/', '\\' or '..'): it names "
+            "files inside export_path; pass the directory as export_path instead"
+        )
+    return name
+
+
+def weight_file_name(qualified_name: str) -> str:
+    """File name for a weight: its qualified name with '.' (and anything unsafe) as '_'."""
+    return _SAFE.sub("_", qualified_name.replace(".", "_")) or "weight"
+
+
+def check_target(export_path: Path, relative_files: list[str]) -> None:
+    """Refuse symlinked targets and paths that leave ``export_path``, before anything is written.
+
+    Raises:
+        ExportPathError: ``export_path`` or one of the files to write is a symlink, exists as the
+            wrong kind of entry, or resolves outside ``export_path``.
+    """
+    if export_path.is_symlink():
+        raise ExportPathError(
+            f"export_path {str(export_path)!r} is a symbolic link; refusing to write through it. "
+            "Pass the real directory instead"
+        )
+    if export_path.exists() and not export_path.is_dir():
+        raise ExportPathError(
+            f"export_path {str(export_path)!r} exists and is not a directory; choose another path"
+        )
+    root = export_path.resolve()
+    for relative in relative_files:
+        parts = Path(relative).parts
+        if Path(relative).is_absolute() or ".." in parts:
+            raise ExportPathError(
+                f"{relative!r} would be written outside export_path {str(export_path)!r}; "
+                "use names without '/' or '..'"
+            )
+        # Check every component *before* resolving: a symlinked rank_<r> directory or weight
+        # file would otherwise redirect the write somewhere else.
+        target = export_path
+        for part in parts:
+            target = target / part
+            if target.is_symlink():
+                raise ExportPathError(
+                    f"{str(target)!r} is a symbolic link; refusing to write through it. "
+                    "Remove the link or export elsewhere"
+                )
+        if root not in target.resolve().parents:
+            raise ExportPathError(
+                f"{relative!r} would be written outside export_path {str(export_path)!r}; "
+                "use names without '/' or '..'"
+            )
+        if target.exists() and target.is_dir():
+            raise ExportPathError(f"{str(target)!r} is a directory; remove it or export elsewhere")
+
+
+def write_files(export_path: Path, files: Mapping[str, bytes]) -> None:
+    """Write ``files`` (relative path -> bytes) under ``export_path``.
+
+    Everything is first written into a temporary directory next to ``export_path`` (same file
+    system), then each file is moved into place with ``os.replace``, so a reader never sees a
+    truncated file and a failure while writing leaves earlier exports untouched.
+    """
+    parent = export_path.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".npu-graph-export-", dir=parent))
+    try:
+        for relative, data in files.items():
+            path = staging / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        export_path.mkdir(parents=True, exist_ok=True)
+        for relative in files:
+            target = export_path / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging / relative, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,18 @@
+"""Reference runtime: execute an exported GE graph with numpy (no torch import).
+
+It proves an export is faithful: outputs match the eager model within dtype tolerance. It
+implements the operators the exporter writes, with their GE semantics, one at a time and
+without optimisation. Collectives have no other ranks here: by default they raise, and
+``collectives="replicated"`` computes them as if every rank held this process's input.
+
+Example:
+    >>> from npu_graph_export import runtime
+    >>> model = runtime.load("export_file")  # doctest: +SKIP
+    >>> (logits,) = model.run(token_ids)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from npu_graph_export.runtime._model import Model, TensorInfo, load
+
+__all__ = ["load", "Model", "TensorInfo"]

@@ -1,0 +1,371 @@
+"""Load and check a GE model, then execute it op by op with the numpy kernels."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from npu_graph_export._dtypes import BF16, dtype_name, element_size
+from npu_graph_export._opdefs import OPS
+from npu_graph_export._proto import ge_ir_pb2 as ge
+from npu_graph_export.errors import ModelFormatError, RuntimeInputError
+from npu_graph_export.runtime._kernels import (
+    KERNELS,
+    MAX_ELEMENTS,
+    Array,
+    Collectives,
+    KernelError,
+    numpy_dtype,
+)
+
+MAX_MODEL_BYTES = 1 << 31
+"""protobuf cannot hold more; anything larger is not an .air file we could have written."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Name, GE dtype and shape (-1: dynamic) of a model input or output."""
+
+    name: str
+    dtype: int
+    shape: tuple[int, ...]
+
+    @property
+    def numpy_dtype(self) -> np.dtype[Any]:
+        """The numpy dtype the runtime uses for this tensor."""
+        return numpy_dtype(self.dtype)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {dtype_name(self.dtype)}{list(self.shape)}"
+
+
+def _bad(path: object, message: str) -> ModelFormatError:
+    return ModelFormatError(
+        f"{path}: {message}; the file is not a valid GE model written by dynamo_export "
+        "(re-export it, or check that the whole file was copied)"
+    )
+
+
+def _decode_bf16(raw: bytes) -> Array:
+    words = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+    return words.view(np.float32)
+
+
+def _decode(raw: bytes, dtype: int, shape: Sequence[int], where: str) -> Array:
+    size = element_size(dtype)
+    if size is None:
+        raise ModelFormatError(f"{where}: data type {dtype_name(dtype)} is not supported")
+    if any(d < 0 for d in shape):
+        raise ModelFormatError(f"{where}: constant with negative dimension {list(shape)}")
+    count = math.prod(shape)
+    if count > MAX_ELEMENTS or count * size != len(raw):
+        raise ModelFormatError(
+            f"{where}: holds {len(raw)} bytes but {dtype_name(dtype)}{list(shape)} needs "
+            f"{count * size}"
+        )
+    if dtype == BF16:
+        return _decode_bf16(raw).reshape(shape)
+    return np.frombuffer(raw, dtype=numpy_dtype(dtype).newbyteorder("<")).reshape(shape)
+
+
+class Model:
+    """A GE graph loaded for execution by the numpy reference runtime.
+
+    Attributes:
+        path: The ``.air`` file.
+        graph: The main ``GraphDef``.
+        inputs: The ``Data`` ops in index order.
+        outputs: The graph outputs in ``NetOutput`` order.
+    """
+
+    def __init__(
+        self,
+        model: ge.ModelDef,
+        path: Path,
+        *,
+        weights_dir: Path | None = None,
+        collectives: str = "error",
+        rank: int = 0,
+    ) -> None:
+        if collectives not in {"error", "replicated"}:
+            raise ValueError(f"collectives must be 'error' or 'replicated', got {collectives!r}")
+        self.path = path
+        if not model.graph:
+            raise _bad(path, "it holds no graph")
+        self.graph = model.graph[0]
+        self._comm = Collectives(collectives, rank)
+        self._weights_dir = weights_dir
+        self._ops: dict[str, ge.OpDef] = {}
+        for op in self.graph.op:
+            if op.name in self._ops:
+                raise _bad(path, f"two ops are named {op.name!r}")
+            if op.type not in OPS or (op.type not in KERNELS and op.type not in _STRUCTURAL):
+                raise _bad(path, f"op {op.name!r} has type {op.type!r}, which is not supported")
+            self._ops[op.name] = op
+        self._edges = {name: self._parse_inputs(op) for name, op in self._ops.items()}
+        self._order = self._topological_order()
+        outputs = [op for op in self.graph.op if op.type == "NetOutput"]
+        if len(outputs) != 1:
+            raise _bad(path, f"expected one NetOutput op, found {len(outputs)}")
+        self._net_output = outputs[0]
+        self.inputs = self._input_infos()
+        self.outputs = [
+            TensorInfo(f"output{i}", desc.dtype, tuple(desc.shape.dim))
+            for i, desc in enumerate(self._net_output.input_desc)
+        ]
+        self._constants = {
+            op.name: self._load_constant(op)
+            for op in self.graph.op
+            if op.type in {"Const", "FileConstant"}
+        }
+
+    # -- loading checks ------------------------------------------------------------------------
+
+    def _parse_inputs(self, op: ge.OpDef) -> list[tuple[str, int]]:
+        edges: list[tuple[str, int]] = []
+        for ref in op.input:
+            producer, sep, index_text = ref.rpartition(":")
+            try:
+                index = int(index_text)
+            except ValueError:
+                index = -2
+            if not sep or producer not in self._ops or index < -1:
+                raise _bad(self.path, f"op {op.name!r} has a broken input {ref!r}")
+            if index >= 0 and index >= max(len(self._ops[producer].output_desc), 1):
+                raise _bad(self.path, f"op {op.name!r} reads missing output {ref!r}")
+            edges.append((producer, index))
+        return edges
+
+    def _topological_order(self) -> list[str]:
+        pending = {name: len({p for p, _ in edges}) for name, edges in self._edges.items()}
+        users: dict[str, list[str]] = {name: [] for name in self._ops}
+        for name, edges in self._edges.items():
+            for producer in {p for p, _ in edges}:
+                users[producer].append(name)
+        ready = [name for name, count in pending.items() if count == 0]
+        order: list[str] = []
+        while ready:
+            name = ready.pop()
+            order.append(name)
+            for user in users[name]:
+                pending[user] -= 1
+                if pending[user] == 0:
+                    ready.append(user)
+        if len(order) != len(self._ops):
+            raise _bad(self.path, "the graph has a cycle")
+        return order
+
+    def _input_infos(self) -> list[TensorInfo]:
+        data = [op for op in self.graph.op if op.type == "Data"]
+        indices = sorted(int(op.attr["index"].i) if "index" in op.attr else -1 for op in data)
+        if indices != list(range(len(data))):
+            raise _bad(self.path, f"Data op indices {indices} are not 0..{len(data) - 1}")
+        data.sort(key=lambda op: int(op.attr["index"].i))
+        infos = []
+        for op in data:
+            if not op.output_desc:
+                raise _bad(self.path, f"Data op {op.name!r} has no output description")
+            desc = op.output_desc[0]
+            if any(d < -1 for d in desc.shape.dim) and list(desc.shape.dim) != [-2]:
+                raise _bad(self.path, f"Data op {op.name!r} has an invalid shape")
+            infos.append(TensorInfo(op.name, desc.dtype, tuple(desc.shape.dim)))
+        return infos
+
+    def _weight_file(self, recorded: str) -> Path:
+        path = Path(recorded)
+        candidates = [path] if path.is_absolute() else [Path.cwd() / path]
+        roots = [r for r in (self._weights_dir, self.path.parent) if r is not None]
+        for root in roots:
+            parts = path.parts
+            # The recorded path starts with the export directory as given at export time;
+            # try its tail under the directory the model now lives in.
+            candidates.extend(root.joinpath(*parts[-k:]) for k in range(1, min(len(parts), 3) + 1))
+        for candidate in candidates:
+            try:
+                if candidate.is_file():
+                    return candidate
+            except (OSError, ValueError):  # a corrupt path (NUL byte, too long)
+                continue
+        raise ModelFormatError(
+            f"{self.path}: weight file {recorded!r} not found (looked at "
+            f"{', '.join(str(c) for c in candidates)}); copy the weight files with the .air or "
+            "pass weights_dir="
+        )
+
+    def _load_constant(self, op: ge.OpDef) -> Array:
+        where = f"{self.path}: {op.type} {op.name!r}"
+        if op.type == "Const":
+            if "value" not in op.attr or op.attr["value"].WhichOneof("value") != "t":
+                raise ModelFormatError(f"{where} has no tensor value")
+            tensor = op.attr["value"].t
+            return _decode(tensor.data, tensor.desc.dtype, list(tensor.desc.shape.dim), where)
+        needed = ("shape", "dtype", "file_path")
+        if any(key not in op.attr for key in needed):
+            raise ModelFormatError(f"{where} lacks one of the attributes {needed}")
+        shape = [int(d) for d in op.attr["shape"].list.i]
+        dtype = int(op.attr["dtype"].dt)
+        recorded = bytes(op.attr["file_path"].s).decode("utf-8", "replace")
+        file = self._weight_file(recorded)
+        size = element_size(dtype)
+        expected = math.prod(shape) * (size or 0)
+        if size is None or any(d < 0 for d in shape) or file.stat().st_size != expected:
+            raise ModelFormatError(
+                f"{where}: {file} has {file.stat().st_size} bytes, expected {expected} for "
+                f"{dtype_name(dtype)}{shape}"
+            )
+        return _decode(file.read_bytes(), dtype, shape, where)
+
+    # -- execution -----------------------------------------------------------------------------
+
+    def _check_inputs(self, inputs: Sequence[Any]) -> list[Array]:
+        if len(inputs) != len(self.inputs):
+            raise RuntimeInputError(
+                f"the model takes {len(self.inputs)} inputs ({', '.join(map(str, self.inputs))}),"
+                f" got {len(inputs)}"
+            )
+        arrays: list[Array] = []
+        for info, value in zip(self.inputs, inputs, strict=True):
+            array = np.asarray(value)
+            try:
+                want = info.numpy_dtype
+            except KernelError as error:
+                raise _bad(self.path, f"input {info.name!r}: {error}") from error
+            if array.dtype != want:
+                if not np.can_cast(array.dtype, want, casting="same_kind"):
+                    raise RuntimeInputError(
+                        f"input {info} got dtype {array.dtype}; pass a {want} array"
+                    )
+                array = array.astype(want)
+            shape = info.shape
+            if shape != (-2,) and (
+                array.ndim != len(shape)
+                or any(d not in (-1, got) for d, got in zip(shape, array.shape, strict=True))
+            ):
+                raise RuntimeInputError(
+                    f"input {info} got shape {list(array.shape)}; -1 marks dynamic dimensions"
+                )
+            arrays.append(array)
+        return arrays
+
+    def run(self, *inputs: Any) -> list[Array]:
+        """Execute the graph on ``inputs`` (arrays in ``Data`` index order).
+
+        Returns:
+            The outputs in ``NetOutput`` order, as numpy arrays.
+
+        Raises:
+            RuntimeInputError: wrong number, dtype or shape of inputs.
+            ModelFormatError: the graph cannot be executed (inconsistent ops or attributes).
+        """
+        arrays = self._check_inputs(inputs)
+        by_name = {info.name: array for info, array in zip(self.inputs, arrays, strict=True)}
+        values: dict[str, list[Array]] = {}
+        for name in self._order:
+            op = self._ops[name]
+            args = [values[p][i] for p, i in self._edges[name] if i >= 0]
+            if op.type == "NetOutput":
+                return [np.array(a, copy=True) for a in args]
+            values[name] = self._execute(op, args, by_name)
+        raise _bad(self.path, "NetOutput is unreachable")
+
+    def _execute(self, op: ge.OpDef, args: list[Array], data: dict[str, Array]) -> list[Array]:
+        if op.type == "Data":
+            return [data[op.name]]
+        if op.type in {"Const", "FileConstant"}:
+            return [self._constants[op.name]]
+        try:
+            with np.errstate(all="ignore"):
+                results = KERNELS[op.type](op, args, self._comm)
+            out = []
+            for index, result in enumerate(results):
+                result = np.asarray(result)
+                if index < len(op.output_desc) and op.output_desc[index].dtype:
+                    result = result.astype(numpy_dtype(op.output_desc[index].dtype), copy=False)
+                out.append(result)
+            return out
+        except (
+            KernelError,
+            ValueError,
+            IndexError,
+            TypeError,
+            KeyError,
+            OverflowError,
+            MemoryError,
+            AttributeError,
+        ) as error:
+            raise ModelFormatError(
+                f"{self.path}: op {op.name!r} ({op.type}) failed on inputs "
+                f"{[f'{a.dtype}{list(a.shape)}' for a in args]}: {error}"
+            ) from error
+
+
+_STRUCTURAL = frozenset({"Data", "Const", "FileConstant", "NetOutput"})
+
+
+def _find_air(path: Path, rank: int | None) -> Path:
+    if path.is_file():
+        return path
+    if path.is_dir():
+        found = sorted(path.glob("*.air"))
+        if rank is not None:
+            found = [p for p in found if p.stem.endswith(str(rank))]
+        if len(found) == 1:
+            return found[0]
+        raise ModelFormatError(
+            f"{path}: expected exactly one .air file{'' if rank is None else f' for rank {rank}'}"
+            f", found {[p.name for p in found]}; pass the .air file itself"
+        )
+    raise ModelFormatError(f"{path}: no such file or directory")
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    weights_dir: str | os.PathLike[str] | None = None,
+    collectives: str = "error",
+    rank: int | None = None,
+) -> Model:
+    """Load an ``.air`` file (or an export directory holding one) for the numpy runtime.
+
+    Args:
+        path: An ``.air`` file, or a directory with exactly one (``rank`` picks one of several).
+        weights_dir: Where ``FileConstant`` weight files are, if not where the graph says or
+            next to the ``.air``.
+        collectives: ``"error"`` (default) refuses collective ops; ``"replicated"`` runs them as
+            if every rank held the same input (see :class:`Collectives`).
+        rank: This rank in a multi-rank export (picks ``<name><rank>.air`` in a directory and
+            the reduce-scatter chunk).
+
+    Raises:
+        ModelFormatError: the file is missing, truncated, corrupt or uses unsupported ops.
+    """
+    air = _find_air(Path(path), rank)
+    size = air.stat().st_size
+    if size >= MAX_MODEL_BYTES:
+        raise _bad(air, f"it is {size} bytes, over protobuf's 2 GiB limit")
+    model = ge.ModelDef()
+    try:
+        model.ParseFromString(air.read_bytes())
+    except (DecodeError, ValueError, RuntimeError) as error:
+        raise _bad(air, f"protobuf could not parse it ({error})") from error
+    if collectives not in {"error", "replicated"}:
+        raise ValueError(f"collectives must be 'error' or 'replicated', got {collectives!r}")
+    try:
+        return Model(
+            model,
+            air,
+            weights_dir=None if weights_dir is None else Path(weights_dir),
+            collectives=collectives,
+            rank=rank or 0,
+        )
+    except ModelFormatError:
+        raise
+    except (KernelError, ValueError, KeyError, IndexError, TypeError, OverflowError, OSError) as e:
+        raise _bad(air, f"it is inconsistent ({type(e).__name__}: {e})") from e

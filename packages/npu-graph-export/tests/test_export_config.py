@@ -1,0 +1,121 @@
+"""``ExportConfig`` and CompilerConfig-like objects; weights by the embed limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from npu_graph_export import DEFAULT_EMBED_LIMIT_BYTES, ExportConfig, dynamo_export, runtime
+from npu_graph_export._config import resolve_config
+from npu_graph_export._proto import ge_ir_pb2 as ge
+
+
+def test_defaults_follow_the_2gb_rule() -> None:
+    assert (
+        ExportConfig().embed_limit_bytes == (2048 - 200) * 1024 * 1024 == DEFAULT_EMBED_LIMIT_BYTES
+    )
+    assert resolve_config(None) == ExportConfig()
+
+
+def test_torchair_spelling_reads_and_writes_the_options() -> None:
+    config = ExportConfig()
+    config.export.experimental.auto_atc_config_generated = True
+    config.export.experimental.enable_record_nn_module_stack = True
+    assert config.auto_atc_config_generated
+    assert config.enable_record_nn_module_stack
+    assert config.export.experimental.enable_record_nn_module_stack is True
+    with pytest.raises(AttributeError, match="no option"):
+        config.export.experimental.frozen_parameter = True
+
+
+def test_foreign_compiler_config_is_read_by_attribute() -> None:
+    foreign = SimpleNamespace(
+        export=SimpleNamespace(
+            experimental=SimpleNamespace(
+                auto_atc_config_generated=True, enable_record_nn_module_stack=False
+            )
+        )
+    )
+    resolved = resolve_config(foreign)
+    assert resolved.auto_atc_config_generated
+    assert not resolved.enable_record_nn_module_stack
+    assert resolved.embed_limit_bytes == DEFAULT_EMBED_LIMIT_BYTES
+
+
+def test_resolved_config_is_a_snapshot() -> None:
+    config = ExportConfig()
+    resolved = resolve_config(config)
+    config.enable_record_nn_module_stack = True
+    assert resolved.enable_record_nn_module_stack is False
+
+
+class Two(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+def _ops(path: Path) -> list[ge.OpDef]:
+    model = ge.ModelDef()
+    model.ParseFromString((path / "export.air").read_bytes())
+    return list(model.graph[0].op)
+
+
+def test_weights_embed_below_the_limit_and_move_to_files_above(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = Two().eval()
+    x = torch.randn(3, 8)
+    weight_bytes = (64 + 8) * 4
+    dynamo_export(
+        x,
+        model=model,
+        export_path=tmp_path / "in",
+        config=ExportConfig(embed_limit_bytes=weight_bytes * 100),
+    )
+    dynamo_export(
+        x,
+        model=model,
+        export_path=tmp_path / "out",
+        config=ExportConfig(embed_limit_bytes=weight_bytes - 1),
+    )
+    inside = [op for op in _ops(tmp_path / "in") if "_weight_name" in op.attr]
+    outside = [op for op in _ops(tmp_path / "out") if "_weight_name" in op.attr]
+    assert {op.type for op in inside} == {"Const"}
+    assert {op.type for op in outside} == {"FileConstant"}  # all or nothing
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "block_0_bias",
+        "block_0_weight",
+        "dynamo.pbtxt",
+        "export.air",
+    ]
+    weight = next(op for op in outside if op.attr["_weight_name"].s == b"block.0.weight")
+    assert list(weight.attr["shape"].list.i) == [8, 8]
+    assert weight.attr["file_id"].s == b""
+    raw = np.fromfile(tmp_path / "out" / "block_0_weight", dtype=np.float32).reshape(8, 8)
+    np.testing.assert_array_equal(raw, model.block[0].weight.detach().numpy())
+    assert 'op: "FileConstant"' in (tmp_path / "out" / "dynamo.pbtxt").read_text()
+    with torch.no_grad():
+        expected = model(x).numpy()
+    for sub in ("in", "out"):
+        (got,) = runtime.load(tmp_path / sub).run(x.numpy())
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_kwargs_are_model_inputs(tmp_path: Path) -> None:
+    class Keyword(torch.nn.Module):
+        def forward(self, x: torch.Tensor, *, scale: torch.Tensor) -> torch.Tensor:
+            return x * scale
+
+    result = dynamo_export(
+        torch.ones(2), model=Keyword(), export_path=tmp_path, scale=torch.full((2,), 3.0)
+    )
+    assert result.ops["Data"] == 2
+    assert result.air == tmp_path / "export.air"
+    (got,) = runtime.load(tmp_path).run(np.ones(2, np.float32), np.full(2, 3.0, np.float32))
+    np.testing.assert_allclose(got, [3.0, 3.0])
