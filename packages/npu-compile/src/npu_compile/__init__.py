@@ -1,13 +1,47 @@
-"""TorchAir-style reduce-overhead compilation for PyTorch on NPU, CUDA and CPU."""
+"""TorchAir-style reduce-overhead compilation for PyTorch on NPU, CUDA and CPU.
+
+Port a TorchAir script by replacing ``torchair`` with ``npu_compile``::
+
+    import npu_compile as tng
+
+    config = tng.CompilerConfig()
+    config.mode = "reduce-overhead"
+    model = torch.compile(model, backend=tng.get_npu_backend(compiler_config=config))
+"""
 
 from __future__ import annotations
 
+from npu_compile import core, ops, scope
+from npu_compile._diagnose import DiagnoseReport, PhaseTiming, diagnose
+from npu_compile._export import dynamo_export
 from npu_compile._version import __version__
-from npu_compile.errors import BackendError, ConfigError, NpuCompileError
+from npu_compile.backend import NpuBackend, get_npu_backend
+from npu_compile.configs.compiler_config import CompilerConfig
+from npu_compile.core.utils import logger
+from npu_compile.errors import (
+    BackendError,
+    ConfigError,
+    DemoMismatchError,
+    NpuCompileError,
+    UnknownOptionError,
+)
 
 __all__ = [
     "__version__",
+    "CompilerConfig",
+    "get_npu_backend",
+    "NpuBackend",
+    "diagnose",
+    "DiagnoseReport",
+    "PhaseTiming",
+    "dynamo_export",
+    "logger",
+    "scope",
+    "ops",
+    "core",
     "NpuCompileError",
     "ConfigError",
+    "UnknownOptionError",
     "BackendError",
+    "DemoMismatchError",
 ]

@@ -12,7 +12,9 @@ from typing import ClassVar
 __all__ = [
     "NpuCompileError",
     "ConfigError",
+    "UnknownOptionError",
     "BackendError",
+    "DemoMismatchError",
 ]
 
 
@@ -32,7 +34,23 @@ class ConfigError(NpuCompileError, ValueError):
     code: ClassVar[str] = "config"
 
 
+class UnknownOptionError(ConfigError, AttributeError):
+    """A CompilerConfig option name does not exist.
+
+    It is also an ``AttributeError`` so ``getattr(config, name, default)`` and ``hasattr`` behave as
+    on any Python object.
+    """
+
+    code: ClassVar[str] = "config-unknown-option"
+
+
 class BackendError(NpuCompileError, RuntimeError):
     """The backend cannot compile a graph as asked."""
 
     code: ClassVar[str] = "backend"
+
+
+class DemoMismatchError(NpuCompileError, AssertionError):
+    """The compiled model produced different tokens than eager in ``npu-compile demo``."""
+
+    code: ClassVar[str] = "demo-mismatch"

@@ -1,0 +1,42 @@
+"""Shared fixtures of the cross-package tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+
+@pytest.fixture
+def device() -> torch.device:
+    """The device the seed examples run on: the best available (``npu`` in the originals)."""
+    from npu_compile._device import best_device
+
+    return best_device()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state() -> Iterator[None]:
+    """Each example starts from a clean Dynamo cache and tagged-event registry."""
+    import npu_streams
+
+    torch._dynamo.reset()
+    npu_streams.reset_tagged_events()
+    yield
+    torch._dynamo.reset()
+    npu_streams.reset_tagged_events()
+
+
+@pytest.fixture(params=["dynamo-graph", "aten-graph"])
+def cpu_replay(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run an example with both graphs the CPU emulation can replay.
+
+    On CPU the backend replays Dynamo's graph (cheaper Python); devices capture the ATen graph
+    after the stream pass. The ``aten-graph`` run puts that device path through the runner here.
+    """
+    import npu_compile.backend
+
+    param: str = request.param
+    monkeypatch.setattr(npu_compile.backend, "CPU_REPLAYS_DYNAMO_GRAPH", param == "dynamo-graph")
+    return param

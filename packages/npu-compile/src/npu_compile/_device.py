@@ -1,0 +1,161 @@
+"""Device adapter: the only module of npu-compile that may touch ``torch_npu`` (lazily).
+
+Installing torch_npu on a machine without CANN breaks ``import torch`` itself, so nothing here
+imports it at module import time; every probe is guarded and reports "absent" instead of raising.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "best_device",
+    "device_of",
+    "synchronize",
+    "timed_call",
+    "versions",
+    "graph_implementation",
+    "has_accelerator",
+]
+
+
+def _accelerator() -> torch.device | None:
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "current_accelerator"):
+        if not accelerator.is_available():
+            return None
+        found = accelerator.current_accelerator()
+        return None if found is None else torch.device(found.type, 0)
+    return torch.device("cuda", 0) if torch.cuda.is_available() else None
+
+
+def has_accelerator() -> bool:
+    """Return whether a CUDA or NPU device is usable."""
+    return _accelerator() is not None
+
+
+def best_device(requested: str | None = None) -> torch.device:
+    """Return the device to run on: ``requested`` if given, else npu, cuda, then cpu.
+
+    Args:
+        requested: A device string (``"cpu"``, ``"cuda"``, ``"npu:1"``) or ``None`` for the best.
+    """
+    if requested:
+        device = torch.device(requested)
+        # An accelerator without an index means its first device (timing events need one).
+        return device if device.type == "cpu" else torch.device(device.type, device.index or 0)
+    found = _accelerator()
+    return found if found is not None else torch.device("cpu")
+
+
+def device_of(*values: object) -> torch.device:
+    """The device of the first tensor among ``values`` (``cpu`` when there is none)."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return torch.device("cpu")
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for all queued work on ``device`` (no-op on CPU)."""
+    if device.type == "cpu":
+        return
+    module = torch.get_device_module(device.type)
+    module.synchronize(device)
+
+
+def timed_call(
+    fn: Callable[[], object], device: torch.device
+) -> tuple[float, float | None, object]:
+    """Run ``fn`` once and time it.
+
+    Returns:
+        ``(host seconds, device seconds or None, result)``. Host time is the wall time of the
+        Python call (the enqueue time on an accelerator); device time is the event-timed span of
+        the work it queued, or ``None`` on CPU where the two cannot be separated.
+    """
+    if device.type == "cpu":
+        start = time.perf_counter()
+        result = fn()
+        return time.perf_counter() - start, None, result
+    synchronize(device)
+    begin = torch.Event(device=device, enable_timing=True)
+    end = torch.Event(device=device, enable_timing=True)
+    begin.record()
+    start = time.perf_counter()
+    result = fn()
+    host = time.perf_counter() - start
+    end.record()
+    end.synchronize()
+    return host, begin.elapsed_time(end) / 1000.0, result
+
+
+def _distribution_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cann_version() -> str | None:
+    # CANN writes its version into the toolkit's install directory; reading the file needs no
+    # import of torch_npu (which would fail without CANN and is what we are diagnosing).
+    for root in (
+        os.environ.get("ASCEND_TOOLKIT_HOME"),
+        os.environ.get("ASCEND_HOME_PATH"),
+        "/usr/local/Ascend/ascend-toolkit/latest",
+    ):
+        if not root:
+            continue
+        for name in ("version.cfg", "version.info"):
+            path = Path(root) / name
+            if path.is_file():
+                for line in path.read_text(errors="replace").splitlines():
+                    key, _, value = line.partition("=")
+                    if key.strip().lower() in {"version", "toolkit_version"} and value.strip():
+                        return value.strip().strip('"')
+    return None
+
+
+def _torch_npu_loadable() -> str | None:
+    """Return why torch_npu cannot be used, or ``None`` when it imports."""
+    if importlib.util.find_spec("torch_npu") is None:
+        return "not installed"
+    try:
+        import torch_npu  # noqa: F401  (registers the npu device)
+    except Exception as error:  # ImportError without CANN, RuntimeError from autoload
+        return f"installed but does not import ({type(error).__name__}: {error})"
+    return None
+
+
+def versions() -> dict[str, str]:
+    """Versions of torch, torch_npu and CANN (``"absent"`` where missing)."""
+    npu = _distribution_version("torch-npu") or _distribution_version("torch_npu")
+    return {
+        "torch": torch.__version__,
+        "torch_npu": npu or "absent",
+        "CANN": _cann_version() or "absent",
+    }
+
+
+def torch_npu_status() -> str:
+    """One line on torch_npu: ``usable``, ``not installed`` or why it does not import."""
+    problem = _torch_npu_loadable()
+    return "usable" if problem is None else problem
+
+
+def graph_implementation(device: torch.device) -> str:
+    """Name the device-graph implementation npu-mempool will use for captures on ``device``."""
+    from npu_mempool import graph_implementation as mempool_choice
+
+    try:
+        return mempool_choice(device)
+    except Exception as error:  # a device type npu-mempool has no backend for
+        return f"none ({type(error).__name__}: {error})"

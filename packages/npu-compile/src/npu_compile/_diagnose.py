@@ -1,0 +1,211 @@
+"""``diagnose``: is a step Host Bound or Device Bound, and what does reduce-overhead change?
+
+On an accelerator the host enqueues kernels asynchronously. Per step we measure the wall time of
+the Python call (host enqueue time) and the event-timed span of the device work it queued. When
+the host takes about as long as the device span, the device waited for the host between kernels:
+the step is Host Bound, and capturing it into one graph (one launch) is the cure. When the device
+span is clearly longer, the device is the bottleneck: Device Bound. On CPU there is no separate
+device: all work is host work, reported as such.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from npu_compile import _device
+from npu_compile.configs.compiler_config import CompilerConfig
+
+__all__ = ["diagnose", "DiagnoseReport", "PhaseTiming", "HOST_BOUND", "DEVICE_BOUND"]
+
+HOST_BOUND = "Host Bound"
+DEVICE_BOUND = "Device Bound"
+# The device span includes the tail after the host returns; when the host enqueue time is at least
+# this fraction of the span, the device was mostly waiting on the host.
+_HOST_BOUND_RATIO = 0.8
+
+
+@dataclass(frozen=True)
+class PhaseTiming:
+    """Per-step timings of one way of running the step (median over the measured steps).
+
+    Attributes:
+        label: ``"eager"`` or ``"reduce-overhead"``.
+        host_ms: Wall time of the Python call, in milliseconds.
+        device_ms: Event-timed device span in milliseconds, ``None`` on CPU.
+        verdict: :data:`HOST_BOUND` or :data:`DEVICE_BOUND`.
+    """
+
+    label: str
+    host_ms: float
+    device_ms: float | None
+    verdict: str
+
+    @property
+    def step_ms(self) -> float:
+        """End-to-end time of one step (the larger of host and device time)."""
+        return max(self.host_ms, self.device_ms or 0.0)
+
+
+@dataclass(frozen=True)
+class DiagnoseReport:
+    """Result of :func:`diagnose`.
+
+    Attributes:
+        device: Where the step ran (``"cpu"``, ``"cuda:0"``, ``"npu:0"``).
+        steps: Steps measured per phase (after warm-up).
+        eager: Timings of the step run eagerly.
+        compiled: Timings under reduce-overhead, or ``None`` when not asked for.
+        separable: Whether device time could be measured apart from host time.
+    """
+
+    device: str
+    steps: int
+    eager: PhaseTiming
+    compiled: PhaseTiming | None
+    separable: bool
+
+    @property
+    def verdict(self) -> str:
+        """The eager step's verdict: :data:`HOST_BOUND` or :data:`DEVICE_BOUND`."""
+        return self.eager.verdict
+
+    @property
+    def speedup(self) -> float | None:
+        """Eager step time divided by the reduce-overhead step time."""
+        if self.compiled is None or self.compiled.step_ms <= 0:
+            return None
+        return self.eager.step_ms / self.compiled.step_ms
+
+    def summary(self) -> str:
+        """One sentence: the verdict with its numbers."""
+        e = self.eager
+        if not self.separable:
+            return (
+                f"{HOST_BOUND}: on {self.device} there is no separate device, so all "
+                f"{e.host_ms:.3f} ms per step are host time (device time is not separable)."
+            )
+        assert e.device_ms is not None
+        ratio = e.host_ms / e.device_ms if e.device_ms > 0 else float("inf")
+        if e.verdict == HOST_BOUND:
+            why = "the device waits for kernel launches; reduce-overhead removes them"
+        else:
+            why = "the device is the bottleneck; capture saves little"
+        return (
+            f"{e.verdict}: host enqueue {e.host_ms:.3f} ms vs device {e.device_ms:.3f} ms per "
+            f"step (host/device = {ratio:.2f}); {why}."
+        )
+
+    def __str__(self) -> str:
+        rows = [("", "host ms/step", "device ms/step", "verdict")]
+        for phase in (self.eager, self.compiled):
+            if phase is None:
+                continue
+            device = f"{phase.device_ms:.3f}" if phase.device_ms is not None else "n/a (cpu)"
+            rows.append((phase.label, f"{phase.host_ms:.3f}", device, phase.verdict))
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        lines = [f"diagnose on {self.device}, {self.steps} steps (median)"]
+        for row in rows:
+            cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+            lines.append("  ".join(cells).rstrip())
+        lines.append(self.summary())
+        if self.compiled is not None and self.speedup is not None:
+            lines.append(
+                f"reduce-overhead: {self.eager.step_ms:.3f} -> {self.compiled.step_ms:.3f} ms per "
+                f"step ({self.speedup:.2f}x)."
+            )
+        return "\n".join(lines)
+
+
+def _verdict(host: float, device: float | None) -> str:
+    if device is None:
+        return HOST_BOUND
+    return HOST_BOUND if host >= _HOST_BOUND_RATIO * device else DEVICE_BOUND
+
+
+def _measure(
+    label: str,
+    fn: Callable[..., Any],
+    inputs: tuple[Any, ...],
+    device: torch.device,
+    steps: int,
+    warmup: int,
+) -> PhaseTiming:
+    for _ in range(warmup):
+        fn(*inputs)
+    _device.synchronize(device)
+    hosts: list[float] = []
+    devices: list[float] = []
+    for _ in range(steps):
+        host, dev, _result = _device.timed_call(lambda: fn(*inputs), device)
+        hosts.append(host * 1000.0)
+        if dev is not None:
+            devices.append(dev * 1000.0)
+    host_ms = statistics.median(hosts)
+    device_ms = statistics.median(devices) if devices else None
+    return PhaseTiming(label, host_ms, device_ms, _verdict(host_ms, device_ms))
+
+
+def diagnose(
+    fn: Callable[..., Any],
+    *inputs: Any,
+    steps: int = 20,
+    warmup: int = 3,
+    compare: bool = True,
+    compiler_config: CompilerConfig | None = None,
+) -> DiagnoseReport:
+    """Measure host enqueue time vs device time per step and say Host Bound or Device Bound.
+
+    The step ``fn(*inputs)`` runs under ``torch.no_grad()``: first eagerly, then (with
+    ``compare``) compiled with the npu-compile backend in reduce-overhead mode, so the report
+    shows what capture changes. ``fn`` must be safe to call repeatedly (a decode step that writes
+    a KV cache at a fixed position is).
+
+    Args:
+        fn: The step: a function or ``nn.Module``.
+        *inputs: Its inputs.
+        steps: Measured steps per phase (medians are reported).
+        warmup: Unmeasured steps first (compilation and capture happen here).
+        compare: Also measure the step under reduce-overhead.
+        compiler_config: Options for the compiled phase; ``None``: defaults.
+
+    Returns:
+        A :class:`DiagnoseReport`; ``print(report)`` gives a table and the verdict.
+
+    Raises:
+        ValueError: ``steps`` or ``warmup`` is out of range.
+    """
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"steps must be >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    device = _device.device_of(*inputs)
+    if isinstance(fn, torch.nn.Module) and not any(isinstance(x, torch.Tensor) for x in inputs):
+        for tensor in _state_tensors(fn):
+            device = tensor.device
+            break
+    with torch.no_grad():
+        eager = _measure("eager", fn, inputs, device, steps, warmup)
+        compiled = None
+        if compare:
+            from npu_compile.backend import get_npu_backend
+
+            backend = get_npu_backend(compiler_config=compiler_config)
+            compiled_fn = torch.compile(fn, backend=backend, dynamic=False)
+            compiled = _measure(
+                "reduce-overhead", compiled_fn, inputs, device, steps, max(warmup, 2)
+            )
+    return DiagnoseReport(
+        device=str(device),
+        steps=steps,
+        eager=eager,
+        compiled=compiled,
+        separable=device.type != "cpu",
+    )
+
+
+def _state_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
+    """Parameters then buffers of ``module`` (to find its device when it takes no tensor)."""
+    return [*module.parameters(), *module.buffers()]

@@ -1,0 +1,267 @@
+"""Validated option trees: the machinery behind :class:`CompilerConfig`.
+
+An option group is a class whose options are :class:`_Option` descriptors and whose sub-groups are
+:class:`_Group` descriptors. Assignment validates (unknown name, wrong type, value out of range all
+raise at the line that is wrong, not at compile time) and groups compare and hash by value, so a
+config can key a cache.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar, Generic, TypeVar, overload
+
+from npu_compile.errors import ConfigError, UnknownOptionError
+
+T = TypeVar("T")
+G = TypeVar("G", bound="_Node")
+
+# Validators receive the dotted option path (for the message) and the value; they return the
+# normalised value or raise ConfigError saying what is allowed.
+Validator = Callable[[str, object], T]
+
+
+def _describe(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def boolean(path: str, value: object) -> bool:
+    """Accept exactly ``True`` or ``False`` (``1``/``"1"`` are refused: they hide typos)."""
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{path} must be True or False, got {_describe(value)}")
+
+
+def int_range(low: int, high: int) -> Validator[int]:
+    """An integer in ``[low, high]`` (bools are refused)."""
+
+    def validate(path: str, value: object) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+            return value
+        raise ConfigError(f"{path} must be an int in [{low}, {high}], got {_describe(value)}")
+
+    return validate
+
+
+def choice(*allowed: str, hints: dict[str, str] | None = None) -> Validator[str]:
+    """One of ``allowed``; ``hints`` maps a known but unsupported value to an explanation."""
+
+    def validate(path: str, value: object) -> str:
+        if isinstance(value, str) and value in allowed:
+            return value
+        if isinstance(value, str) and hints and value in hints:
+            raise ConfigError(f"{path} = {value!r} is not supported: {hints[value]}")
+        names = ", ".join(repr(a) for a in allowed)
+        raise ConfigError(f"{path} must be one of {names}, got {_describe(value)}")
+
+    return validate
+
+
+def optional_path(path: str, value: object) -> str | None:
+    """``None`` or a non-empty path (``str`` or ``os.PathLike``), stored as ``str``."""
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        text = os.fspath(value)
+        if isinstance(text, str) and text:
+            return text
+    raise ConfigError(f"{path} must be None or a non-empty directory path, got {_describe(value)}")
+
+
+def pool_handle(path: str, value: object) -> object:
+    """``None`` or an ``npu_mempool.PoolHandle`` (from ``npu_mempool.graph_pool_handle()``)."""
+    from npu_mempool import PoolHandle
+
+    if value is None or isinstance(value, PoolHandle):
+        return value
+    raise ConfigError(
+        f"{path} must be None or a pool from npu_mempool.graph_pool_handle(device) (the "
+        f"counterpart of torch.npu.graph_pool_handle()), got {_describe(value)}"
+    )
+
+
+class _Option(Generic[T]):
+    """One leaf option: a default, a validator and a one-line help text."""
+
+    def __init__(self, default: T, validate: Validator[T], help: str) -> None:
+        self.default = default
+        self.validate = validate
+        self.help = help
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _Option[T]: ...
+    @overload
+    def __get__(self, obj: _Node, owner: type) -> T: ...
+    def __get__(self, obj: _Node | None, owner: type) -> T | _Option[T]:
+        if obj is None:
+            return self
+        value: T = obj.__dict__[self.name]
+        return value
+
+    def __set__(self, obj: _Node, value: T) -> None:
+        obj.__dict__[self.name] = self.validate(obj._path(self.name), value)
+
+
+class _Group(Generic[G]):
+    """A sub-group of options; the attribute itself cannot be reassigned."""
+
+    def __init__(self, cls: type[G]) -> None:
+        self.cls = cls
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _Group[G]: ...
+    @overload
+    def __get__(self, obj: _Node, owner: type) -> G: ...
+    def __get__(self, obj: _Node | None, owner: type) -> G | _Group[G]:
+        if obj is None:
+            return self
+        group: G = obj.__dict__[self.name]
+        return group
+
+    def __set__(self, obj: _Node, value: object) -> None:
+        path = obj._path(self.name)
+        names = ", ".join(sorted(self.cls._leaf_names()))
+        raise ConfigError(
+            f"{path} is a group of options, not an option: set one of its options instead "
+            f"({path}.<name> with <name> in: {names})"
+        )
+
+
+class _Node:
+    """Base of every option group. Subclasses declare `_Option` and `_Group` class attributes."""
+
+    _prefix: ClassVar[str] = ""
+
+    def __init__(self, prefix: str | None = None) -> None:
+        object.__setattr__(self, "_prefix_", self._prefix if prefix is None else prefix)
+        for name, attr in self._declared().items():
+            if isinstance(attr, _Option):
+                self.__dict__[name] = attr.default
+            else:
+                self.__dict__[name] = attr.cls(self._path(name))
+
+    @classmethod
+    def _declared(cls) -> dict[str, _Option[Any] | _Group[Any]]:
+        found: dict[str, _Option[Any] | _Group[Any]] = {}
+        for klass in reversed(cls.__mro__):
+            for name, attr in vars(klass).items():
+                if isinstance(attr, (_Option, _Group)):
+                    found[name] = attr
+        return found
+
+    @classmethod
+    def _leaf_names(cls) -> list[str]:
+        return list(cls._declared())
+
+    def _path(self, name: str) -> str:
+        prefix: str = self.__dict__.get("_prefix_", "")
+        return f"{prefix}.{name}" if prefix else name
+
+    def _unknown(self, name: str) -> UnknownOptionError:
+        names = sorted(self._declared())
+        where = self.__dict__.get("_prefix_") or type(self).__name__
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        return UnknownOptionError(
+            f"{where} has no option {name!r}.{hint} Valid names: {', '.join(names)}."
+        )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in self._declared():
+            object.__setattr__(self, name, value)
+            return
+        raise self._unknown(name)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that do not exist. Dunder lookups (copy, pickle, IPython) must see
+        # a plain AttributeError so their protocols keep working.
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        raise self._unknown(name)
+
+    def items(self) -> Iterator[tuple[str, object]]:
+        """Yield ``(dotted path, value)`` for every leaf option, depth first, in declared order."""
+        for name, attr in self._declared().items():
+            value = self.__dict__[name]
+            if isinstance(attr, _Group):
+                yield from value.items()
+            else:
+                yield self._path(name), value
+
+    def as_dict(self) -> dict[str, object]:
+        """Return every leaf option as ``{dotted path: value}``."""
+        return dict(self.items())
+
+    def set(self, path: str, value: object) -> None:
+        """Set an option by dotted path relative to this group (validated like an assignment)."""
+        node: _Node = self
+        *groups, leaf = path.split(".")
+        for name in groups:
+            attr = node._declared().get(name)
+            if not isinstance(attr, _Group):
+                raise node._unknown(name)
+            node = node.__dict__[name]
+        setattr(node, leaf, value)
+
+    def get(self, path: str) -> object:
+        """Return an option by dotted path relative to this group."""
+        node: object = self
+        for name in path.split("."):
+            node = getattr(node, name)
+        return node
+
+    def _key(self) -> tuple[tuple[str, object], ...]:
+        return tuple(self.items())
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, _Node)
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        parts = []
+        for path, value in self.items():
+            try:
+                hash(value)
+            except TypeError:  # an unhashable pool handle: identity is what matters for it
+                value = id(value)
+            parts.append((path, value))
+        return hash((type(self).__name__, tuple(parts)))
+
+    def _blank(self: G) -> G:
+        # Subclasses may have their own __init__ signature (CompilerConfig takes none).
+        blank = type(self).__new__(type(self))
+        _Node.__init__(blank, self.__dict__.get("_prefix_"))
+        return blank
+
+    def __repr__(self) -> str:
+        fresh = self._blank()
+        defaults = dict(fresh.items())
+        changed = [f"{p}={v!r}" for p, v in self.items() if defaults.get(p) != v]
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def copy(self: G) -> G:
+        """Return an independent copy (pool handles are shared, not copied)."""
+        clone = self._blank()
+        prefix: str = self.__dict__.get("_prefix_", "")
+        for path, value in self.items():
+            relative = path[len(prefix) + 1 :] if prefix else path
+            clone.set(relative, value)
+        return clone
+
+    def __copy__(self: G) -> G:
+        return self.copy()
+
+    def __deepcopy__(self: G, memo: dict[int, object]) -> G:
+        return self.copy()

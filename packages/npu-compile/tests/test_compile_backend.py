@@ -1,0 +1,325 @@
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import npu_compile
+import npu_compile.backend
+import npu_mempool
+import pytest
+import torch
+from npu_compile import BackendError, CompilerConfig, get_npu_backend
+from npu_compile.backend import NpuBackend
+from npu_mempool import InputKind
+
+
+class Cached(torch.nn.Module):
+    """A linear layer plus a KV-cache buffer written in place (a MUTATED input)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = torch.nn.Linear(4, 4)
+        self.register_buffer("cache", torch.zeros(8, 4))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        self.cache.index_copy_(0, pos, x)
+        return self.proj(x) + self.cache.sum(0)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def runner_spy(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Record how the backend builds each GraphRunner (the real runner still runs)."""
+    seen: list[dict[str, Any]] = []
+    real = npu_mempool.GraphRunner
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, fn: Any, **kwargs: Any) -> None:
+            seen.append(kwargs)
+            super().__init__(fn, **kwargs)
+
+    monkeypatch.setattr(npu_mempool, "GraphRunner", Spy)
+    return seen
+
+
+def _pair() -> tuple[Cached, Cached]:
+    model, reference = Cached(), Cached()
+    reference.load_state_dict(model.state_dict())
+    return model, reference
+
+
+@pytest.mark.parametrize("dynamo_graph", [True, False], ids=["cpu-replays-dynamo", "aten"])
+def test_round_trip_equals_eager_and_counts_captures_and_replays(
+    runner_spy: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, dynamo_graph: bool
+) -> None:
+    monkeypatch.setattr(npu_compile.backend, "CPU_REPLAYS_DYNAMO_GRAPH", dynamo_graph)
+    model, reference = _pair()
+    backend = get_npu_backend()
+    compiled = torch.compile(model, backend=backend, dynamic=False, fullgraph=True)
+    with torch.no_grad():
+        x, pos = torch.randn(2, 4), torch.tensor([0, 1])
+        with npu_mempool.counters.expect(captures=1, replays=2):
+            for _ in range(3):
+                torch.testing.assert_close(compiled(x, pos), reference(x, pos))
+    # The in-place cache write stayed inside the graph and reached the caller's buffer.
+    torch.testing.assert_close(model.cache, reference.cache)
+    assert backend.stats.fx_graphs == 1
+    assert backend.stats.captured == 1
+    (runner,) = backend.stats.runners
+    assert runner.counters.captures == 1
+    assert runner.counters.replays == 2
+    kinds = runner_spy[0]["input_kinds"]
+    assert kinds.count(InputKind.MUTATED) == 1  # the cache buffer
+    assert kinds.count(InputKind.PARAMETER) == 2  # weight and bias
+    assert kinds.count(InputKind.USER) == 2  # x and pos
+
+
+def test_new_user_tensors_are_copied_in_each_call() -> None:
+    model, reference = _pair()
+    compiled = torch.compile(model, backend=get_npu_backend(), dynamic=False)
+    with torch.no_grad():
+        for step in range(4):
+            x, pos = torch.randn(1, 4), torch.tensor([step])
+            torch.testing.assert_close(compiled(x, pos), reference(x, pos))
+    torch.testing.assert_close(model.cache, reference.cache)
+
+
+@pytest.mark.parametrize("dynamo_graph", [True, False], ids=["cpu-replays-dynamo", "aten"])
+def test_dynamic_true_gives_one_fx_graph_and_one_capture_per_shape(
+    monkeypatch: pytest.MonkeyPatch, dynamo_graph: bool
+) -> None:
+    monkeypatch.setattr(npu_compile.backend, "CPU_REPLAYS_DYNAMO_GRAPH", dynamo_graph)
+    model, reference = _pair()
+    backend = get_npu_backend()
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for n in (2, 3, 2, 5, 3):
+            x, pos = torch.randn(n, 4), torch.arange(n)
+            torch.testing.assert_close(compiled(x, pos), reference(x, pos))
+    assert backend.stats.fx_graphs == 1
+    (runner,) = backend.stats.runners
+    assert runner.counters.captures == 3
+    assert runner.counters.replays == 2
+
+
+def test_config_maps_onto_capture_options(runner_spy: list[dict[str, Any]]) -> None:
+    config = CompilerConfig()
+    config.debug.aclgraph.clone_input = False
+    config.debug.aclgraph.enable_output_clone = True
+    config.debug.aclgraph.static_capture_size_limit = 5
+    config.debug.aclgraph.disable_mempool_reuse_in_same_fx = True
+    config.experimental_config.frozen_parameter = True
+    model, _ = _pair()
+    with torch.no_grad():
+        torch.compile(model, backend=get_npu_backend(compiler_config=config))(
+            torch.randn(1, 4), torch.tensor([0])
+        )
+    options = runner_spy[0]["options"]
+    assert options.clone_input is False
+    assert options.clone_output is True
+    assert options.capture_limit == 5
+    assert options.reuse_pool_across_shapes is False
+    assert options.frozen_parameters is True
+    assert options.pool is None
+
+
+def test_custom_pool_turns_reuse_in_same_fx_off(runner_spy: list[dict[str, Any]]) -> None:
+    config = CompilerConfig()
+    pool = npu_mempool.graph_pool_handle("cpu")
+    config.aclgraph_config.use_custom_pool = pool
+    model, reference = _pair()
+    with torch.no_grad():
+        out = torch.compile(model, backend=get_npu_backend(compiler_config=config))(
+            torch.ones(1, 4), torch.tensor([0])
+        )
+        torch.testing.assert_close(out, reference(torch.ones(1, 4), torch.tensor([0])))
+    options = runner_spy[0]["options"]
+    assert options.pool is pool
+    assert options.reuse_pool_across_shapes is False
+
+
+def test_backend_snapshots_its_config() -> None:
+    config = CompilerConfig()
+    backend = get_npu_backend(compiler_config=config)
+    config.debug.run_eagerly = True
+    assert backend.config.debug.run_eagerly is False
+    assert backend == get_npu_backend()
+    assert hash(backend) == hash(get_npu_backend())
+    with pytest.raises(BackendError, match="CompilerConfig"):
+        NpuBackend({"mode": "reduce-overhead"})  # type: ignore[arg-type]
+
+
+def test_run_eagerly_runs_the_pipeline_without_capture(runner_spy: list[dict[str, Any]]) -> None:
+    config = CompilerConfig()
+    config.debug.run_eagerly = True
+    backend = get_npu_backend(compiler_config=config)
+    model, reference = _pair()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad(), npu_mempool.counters.expect(captures=0, replays=0):
+        for step in range(3):
+            x, pos = torch.randn(1, 4), torch.tensor([step])
+            torch.testing.assert_close(compiled(x, pos), reference(x, pos))
+    torch.testing.assert_close(model.cache, reference.cache)
+    assert backend.stats.eager == 1
+    assert runner_spy == []
+
+
+def test_autograd_graph_falls_back_with_one_logged_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model, reference = _pair()
+    backend = get_npu_backend()
+    compiled = torch.compile(model, backend=backend)
+    x, pos = torch.randn(2, 4), torch.tensor([0, 1])
+    with (
+        caplog.at_level(logging.WARNING, logger="npu_compile"),
+        npu_mempool.counters.expect(captures=0),
+    ):
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x, pos), reference(x, pos))
+    records = [r for r in caplog.records if r.name == "npu_compile"]
+    assert len(records) == 1
+    assert "torch.no_grad()" in records[0].getMessage()
+    assert len(backend.stats.fallbacks) == 1
+    assert backend.stats.runners == []
+
+
+def test_host_sync_in_graph_falls_back(caplog: pytest.LogCaptureFixture) -> None:
+    def fn(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        # The repeat count is a device value the host must read: uncapturable.
+        return x.repeat(int(n.max().item()))
+
+    backend = get_npu_backend()
+    x, n = torch.randn(3), torch.tensor([2])
+    with (
+        torch._dynamo.config.patch(capture_scalar_outputs=True),
+        torch.no_grad(),
+        caplog.at_level(logging.WARNING, logger="npu_compile"),
+    ):
+        out = torch.compile(fn, backend=backend, fullgraph=True)(x, n)
+    torch.testing.assert_close(out, fn(x, n))
+    (record,) = [r for r in caplog.records if r.name == "npu_compile"]
+    assert "reads a tensor value on the host" in record.getMessage()
+
+
+def test_strict_raises_instead_of_falling_back() -> None:
+    config = CompilerConfig()
+    config.debug.aclgraph.strict = True
+    model, _ = _pair()
+    compiled = torch.compile(model, backend=get_npu_backend(compiler_config=config))
+    with pytest.raises(Exception, match=r"debug\.aclgraph\.strict") as info:
+        compiled(torch.randn(1, 4), torch.tensor([0]))
+    # Dynamo wraps backend errors in BackendCompilerFailed and keeps ours as inner_exception.
+    assert isinstance(getattr(info.value, "inner_exception", info.value), BackendError)
+
+
+def test_output_aliasing_an_input_keeps_view_semantics() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x[0], x * 2
+
+    backend = get_npu_backend()
+    compiled = torch.compile(fn, backend=backend)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(3, 2)
+            view, doubled = compiled(x)
+            assert view.data_ptr() == x.data_ptr()
+            torch.testing.assert_close(doubled, x * 2)
+
+
+def test_string_backend_and_torch_compile_options() -> None:
+    assert "npu_compile" in torch._dynamo.list_backends(exclude_tags=())
+    model, reference = _pair()
+    compiled = torch.compile(model, backend="npu_compile", options={"force_eager": True})
+    with torch.no_grad(), npu_mempool.counters.expect(captures=0):
+        torch.testing.assert_close(
+            compiled(torch.ones(1, 4), torch.tensor([0])),
+            reference(torch.ones(1, 4), torch.tensor([0])),
+        )
+
+
+def test_unknown_torch_compile_option_and_mode_are_clear_errors() -> None:
+    model, _ = _pair()
+    bad_option = torch.compile(model, backend="npu_compile", options={"clone_inputs": False})
+    with pytest.raises(Exception, match="Did you mean 'clone_input'"):
+        bad_option(torch.ones(1, 4), torch.tensor([0]))
+    torch._dynamo.reset()
+    bad_mode = torch.compile(model, backend="npu_compile", mode="max-autotune")
+    with pytest.raises(Exception, match="mode='reduce-overhead'"):
+        bad_mode(torch.ones(1, 4), torch.tensor([0]))
+
+
+def test_public_facade_names() -> None:
+    from npu_compile.configs.compiler_config import CompilerConfig as Deep
+    from npu_compile.core.utils import logger
+
+    assert Deep is npu_compile.CompilerConfig
+    assert logger is logging.getLogger("npu_compile")
+    assert callable(npu_compile.scope.npu_stream_switch)
+    for name in (
+        "npu_create_tagged_event",
+        "npu_tagged_event_record",
+        "npu_tagged_event_wait",
+        "npu_record_tagged_stream",
+    ):
+        assert callable(getattr(npu_compile.ops, name))
+    assert set(npu_compile.__all__) >= {"CompilerConfig", "get_npu_backend", "diagnose"}
+
+
+@pytest.mark.device
+def test_demo_decoder_on_the_accelerator_matches_eager() -> None:
+    from npu_compile._demo_model import DemoConfig, TinyDecoder, greedy_generate
+    from npu_compile._device import best_device
+
+    device = best_device()
+    model = TinyDecoder(DemoConfig(layers=2, dim=64)).to(device).eval()
+    prompt = model.prompt()
+    expected, _ = greedy_generate(model, model, prompt, 8)
+    backend = get_npu_backend()
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    got, _ = greedy_generate(model, compiled, prompt, 8)
+    assert torch.equal(got, expected)
+    assert backend.stats.fallbacks == []
+    assert sum(runner.counters.captures for runner in backend.stats.runners) == 2
+    assert sum(runner.counters.replays for runner in backend.stats.runners) >= 5
+
+
+def test_graph_break_inside_a_stream_scope_is_an_error() -> None:
+    import npu_streams
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        with npu_compile.scope.npu_stream_switch("1"):
+            y = x * 2
+            torch._dynamo.graph_break()
+            y = y + 1
+        return y
+
+    compiled = torch.compile(fn, backend=get_npu_backend())
+    with torch.no_grad(), pytest.raises(Exception) as info:  # noqa: PT011 - inner error checked
+        compiled(torch.randn(3))
+    inner = getattr(info.value, "inner_exception", info.value)
+    assert isinstance(inner, npu_streams.StreamScopeError)
+
+
+def test_untraceable_graph_falls_back_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import torch._functorch.aot_autograd as aot
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("unsupported op foo")
+
+    monkeypatch.setattr(aot, "aot_module_simplified", broken)
+    backend = get_npu_backend()
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="npu_compile"):
+        out = torch.compile(lambda x: x + 1, backend=backend)(torch.ones(2))
+    torch.testing.assert_close(out, torch.full((2,), 2.0))
+    (record,) = [r for r in caplog.records if r.name == "npu_compile"]
+    assert "unsupported op foo" in record.getMessage()
+    assert len(backend.stats.fallbacks) == 1
