@@ -83,7 +83,26 @@ def test_parameters_are_not_copied_and_their_move_recaptures() -> None:
     w2 = torch.full((3,), 5.0)
     with runner.counters.expect(captures=1, recapture_reasons={"parameter_moved": 1}):
         assert runner(x, w2).tolist() == [10, 10, 10]
-    assert runner.num_graphs == 1
+    # The first parameter set's graph is kept: two module instances sharing one FX graph
+    # alternate between their graphs by replaying, never by recapturing.
+    assert runner.num_graphs == 2
+    with runner.counters.expect(captures=0, replays=4):
+        for _ in range(2):
+            assert runner(x, w).tolist() == [6, 6, 6]
+            assert runner(x, w2).tolist() == [10, 10, 10]
+
+
+def test_parameter_sets_count_toward_the_capture_limit() -> None:
+    runner = GraphRunner(
+        lambda x, w: x * w, input_kinds=[U, P], options=CaptureOptions(capture_limit=2)
+    )
+    x = torch.ones(2)
+    runner(x, torch.full((2,), 2.0))
+    runner(x, torch.full((2,), 3.0))
+    assert runner.num_graphs == 2
+    with pytest.warns(CaptureLimitWarning, match="capture limit of 2"):
+        assert runner(x, torch.full((2,), 4.0)).tolist() == [4, 4]
+    assert runner.num_graphs == 0
 
 
 def test_frozen_parameters_skip_the_address_check() -> None:

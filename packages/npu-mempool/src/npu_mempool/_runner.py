@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import warnings
 import weakref
@@ -175,6 +176,9 @@ class GraphRunner:
         self.counters = Counters(pool_bytes=lambda: _pool_bytes_of(this()))
         self._graphs: dict[Hashable, Callable[[tuple[Any, ...]], Any]] = {}
         self._entries: dict[Hashable, _Entry] = {}
+        # Graphs of a key captured for other parameter addresses (two module instances sharing
+        # one FX graph): kept so that switching back replays instead of recapturing.
+        self._variants: dict[Hashable, list[_Entry]] = {}
         self._specialized: dict[Hashable, Callable[..., Any]] = {}
         self._warm: dict[Hashable, int] = {}
         self._layout: _Layout | None = None
@@ -197,8 +201,8 @@ class GraphRunner:
 
     @property
     def num_graphs(self) -> int:
-        """Graphs currently held."""
-        return len(self._entries)
+        """Graphs currently held (including those kept for other parameter addresses)."""
+        return len(self._entries) + sum(map(len, self._variants.values()))
 
     @property
     def graph_keys(self) -> tuple[Hashable, ...]:
@@ -256,6 +260,12 @@ class GraphRunner:
         reason = None
         if old is not None:
             reason = self._moved(old, args)
+            if reason == "parameter_moved":
+                variant = self._switch_variant(key, old, args)
+                if variant is not None:
+                    return variant.run(args)
+                if self.num_graphs >= self._options.capture_limit:
+                    return self._hit_limit(args)
         else:
             cached = self._graphs.get(key)
             if cached is not None:  # a key whose capture failed: eager for good
@@ -264,7 +274,7 @@ class GraphRunner:
             if seen < self._options.warmup_runs:
                 self._warm[key] = seen + 1
                 return self._eager_call(args)
-            if len(self._entries) >= self._options.capture_limit:
+            if self.num_graphs >= self._options.capture_limit:
                 return self._hit_limit(args)
         # Configuration errors are the caller's to fix, never a reason to fall back silently.
         pool, backend = self._ensure_pool(args)
@@ -273,8 +283,12 @@ class GraphRunner:
         except Exception as exc:
             return self._capture_failed(key, args, exc)
         if old is not None:
-            old.epoch.value += 1  # its outputs lose their graph (and, soon, their memory)
-            old.graph.reset()
+            if reason == "parameter_moved":
+                # Another parameter set of the same key: keep the old graph as a variant.
+                self._variants.setdefault(key, []).append(old)
+            else:
+                old.epoch.value += 1  # its outputs lose their graph (and, soon, their memory)
+                old.graph.reset()
             self.counters.recapture_reasons[reason or "unknown"] += 1
             counters.recapture_reasons[reason or "unknown"] += 1
         self._entries[key] = entry
@@ -295,6 +309,24 @@ class GraphRunner:
         if any(now[i] != then[i] for i in layout.mutated):
             return "mutated_input_moved"
         return "parameter_moved"
+
+    def _switch_variant(
+        self, key: Hashable, current: _Entry, args: tuple[Any, ...]
+    ) -> _Entry | None:
+        """Make the graph captured for these parameter addresses the key's active one, if any."""
+        variants = self._variants.get(key)
+        if not variants:
+            return None
+        layout = self._layout
+        assert layout is not None
+        now = tuple(map(_DATA_PTR, _pick(layout.watched)(args)))
+        for index, variant in enumerate(variants):
+            if variant.ptrs == now:
+                variants[index] = current
+                self._entries[key] = variant
+                self._graphs[key] = variant.run
+                return variant
+        return None
 
     def _hit_limit(self, args: tuple[Any, ...]) -> Any:
         warnings.warn(
@@ -335,10 +367,11 @@ class GraphRunner:
         return self._eager_call(args)
 
     def _free_graphs(self) -> None:
-        for entry in self._entries.values():
+        for entry in [*self._entries.values(), *itertools.chain(*self._variants.values())]:
             entry.epoch.value += 1
             entry.graph.reset()
         self._entries.clear()
+        self._variants.clear()
         self._graphs.clear()
         self._specialized.clear()
         if self._options.pool is None:
