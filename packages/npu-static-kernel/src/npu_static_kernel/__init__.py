@@ -1,13 +1,66 @@
-"""Shape-specialised (static) kernel builds, artifact cache and multi-process builds."""
+"""Shape-specialised (static) kernel builds, artifact cache and multi-process builds.
+
+:class:`StaticKernelCompiler` is the entry point: for every new graph shape it records op
+statistics (:func:`record_op_statistics`), builds an artifact with a builder
+(:class:`InductorBuilder` on CUDA/CPU, :class:`AscendBuilder` on Ascend) or finds it in the
+:class:`ArtifactCache`, installs it once per node and returns the callable to capture.
+"""
 
 from __future__ import annotations
 
+from npu_static_kernel._ascend import AscendBuilder
+from npu_static_kernel._cache import ArtifactCache, CacheEntry
+from npu_static_kernel._compiler import (
+    StaticKernelCompiler,
+    StaticKernelCounters,
+    compute_key,
+    default_builder,
+)
+from npu_static_kernel._inductor import InductorBuilder
+from npu_static_kernel._interface import BuildRequest, StaticKernelBuilder
+from npu_static_kernel._record import (
+    OpRecord,
+    OpStatistics,
+    OpStatisticsRecorder,
+    cann_op_type,
+    record_op_statistics,
+    write_op_statistics,
+)
 from npu_static_kernel._version import __version__
-from npu_static_kernel.errors import BuildError, CacheError, NpuStaticKernelError
+from npu_static_kernel.errors import (
+    BuildError,
+    CacheError,
+    ConfigError,
+    NpuStaticKernelError,
+    StaticKernelDisabledWarning,
+)
 
 __all__ = [
     "__version__",
+    # compile per graph key
+    "StaticKernelCompiler",
+    "StaticKernelCounters",
+    "compute_key",
+    # op statistics
+    "record_op_statistics",
+    "OpStatisticsRecorder",
+    "OpStatistics",
+    "OpRecord",
+    "write_op_statistics",
+    "cann_op_type",
+    # builders
+    "StaticKernelBuilder",
+    "BuildRequest",
+    "InductorBuilder",
+    "AscendBuilder",
+    "default_builder",
+    # cache
+    "ArtifactCache",
+    "CacheEntry",
+    # errors
     "NpuStaticKernelError",
     "BuildError",
     "CacheError",
+    "ConfigError",
+    "StaticKernelDisabledWarning",
 ]

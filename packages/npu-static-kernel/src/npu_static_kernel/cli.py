@@ -1,15 +1,73 @@
-"""Command-line entry point `npu-static-kernel`."""
+"""Command-line entry point ``npu-static-kernel``: list and clean the artifact cache."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
+import sys
 from collections.abc import Sequence
 
+from npu_static_kernel._cache import ArtifactCache
+from npu_static_kernel._interface import path_of
+from npu_static_kernel._record import OUTPUTS_DIRNAME
 from npu_static_kernel._version import __version__
 
 
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def _list(args: argparse.Namespace) -> int:
+    entries = ArtifactCache(args.build_dir).entries()
+    if args.json:
+        json.dump([e.to_json() for e in entries], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if not entries:
+        print(f"no static kernel artifacts in {ArtifactCache(args.build_dir).root}")
+        return 0
+    print(f"{'key':<14}{'builder':<10}{'size':>10}  {'created (UTC)':<21}inputs")
+    for e in entries:
+        created = e.created[:19].replace("T", " ")
+        inputs = ", ".join(e.inputs)
+        print(f"{e.key[:12]:<14}{e.builder:<10}{_size(e.size_bytes):>10}  {created:<21}{inputs}")
+    return 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    cache = ArtifactCache(args.build_dir)
+    if args.key:
+        matches = [e.key for e in cache.entries() if e.key.startswith(args.key)]
+        if len(matches) != 1:
+            print(
+                f"error: key prefix {args.key!r} matches {len(matches)} artifacts; "
+                "run `npu-static-kernel list` and pass a longer prefix",
+                file=sys.stderr,
+            )
+            return 2
+        cache.remove(matches[0])
+        removed = 1
+    else:
+        removed = cache.clean()
+    print(f"removed {removed} artifact(s) from {cache.root}")
+    if args.records:
+        records = path_of(args.build_dir) / OUTPUTS_DIRNAME
+        if records.is_dir():
+            shutil.rmtree(records)
+            print(f"removed op statistics in {records}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the `npu-static-kernel` command line.
+    """Run the ``npu-static-kernel`` command line.
 
     Args:
         argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
@@ -17,8 +75,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
-    parser = argparse.ArgumentParser(prog="npu-static-kernel")
+    parser = argparse.ArgumentParser(
+        prog="npu-static-kernel", description="Inspect and clean static kernel artifacts."
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.parse_args(argv)
-    parser.print_help()
-    return 0
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--build-dir", default=None, help="the build directory (default: current directory)"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    listing = commands.add_parser("list", parents=[common], help="list cached artifacts")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    listing.set_defaults(run=_list)
+    clean = commands.add_parser(
+        "clean", parents=[common], help="remove artifacts (running Ascend uninstall scripts)"
+    )
+    clean.add_argument("--key", help="remove only the artifact whose key starts with this")
+    clean.add_argument(
+        "--records", action="store_true", help=f"also remove the op statistics ({OUTPUTS_DIRNAME})"
+    )
+    clean.set_defaults(run=_clean)
+    args = parser.parse_args(argv)
+    code: int = args.run(args)
+    return code

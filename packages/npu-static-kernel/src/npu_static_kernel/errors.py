@@ -1,4 +1,4 @@
-"""Errors raised by npu-static-kernel.
+"""Errors and warnings raised by npu-static-kernel.
 
 Every error derives from :class:`NpuStaticKernelError`; each concrete class also
 derives from the builtin that matches its cause, so ``except ValueError`` keeps working for callers
@@ -13,6 +13,8 @@ __all__ = [
     "NpuStaticKernelError",
     "BuildError",
     "CacheError",
+    "ConfigError",
+    "StaticKernelDisabledWarning",
 ]
 
 
@@ -36,3 +38,13 @@ class CacheError(NpuStaticKernelError, OSError):
     """The artifact cache is unreadable or an artifact is corrupted."""
 
     code: ClassVar[str] = "cache"
+
+
+class ConfigError(NpuStaticKernelError, ValueError):
+    """A setting (argument or environment variable) has a value that cannot be used."""
+
+    code: ClassVar[str] = "config"
+
+
+class StaticKernelDisabledWarning(UserWarning):
+    """Static kernels were switched off for this process; graphs still run, without them."""

@@ -1,0 +1,209 @@
+"""Static kernels: cold build vs warm load in a second process, and step time with and without.
+
+A small decoder-like block (layer norm, two matmuls with GELU, a residual add and a KV-cache
+style ``copy_`` into an input) is traced to an ATen FX graph and handed to npu-static-kernel's
+``StaticKernelCompiler.compile_static``, exactly as npu-compile does before a capture:
+
+- **cold**: a fresh process with an empty build directory *and* an empty Inductor cache records
+  op statistics and builds the artifact (``InductorBuilder`` on CPU/CUDA);
+- **warm**: a second fresh process finds the artifact in the build directory and only loads it
+  (the usual case: another process on the same node, sharing the machine's Inductor cache);
+- **warm, empty Inductor cache**: the same with an empty Inductor cache, as on a new machine
+  that was handed the build directory (Inductor then re-probes the CPU and writes the kernels out);
+- **step**: per-call time of the eager ATen graph vs the loaded static-shape artifact.
+
+    python benchmarks/static_kernel_warm_start.py [--batch 8] [--hidden 256] [--layers 4]
+
+Prints a table and writes ``benchmarks/results/static_kernel_warm_start.json``. Needs torch and
+npu-static-kernel (a C++ compiler on CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results" / "static_kernel_warm_start.json"
+
+
+def pick_device() -> str:
+    if torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def block(
+    x: torch.Tensor, cache: torch.Tensor, *weights: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    h = x
+    for i in range(0, len(weights), 2):
+        w1, w2 = weights[i], weights[i + 1]
+        n = torch.nn.functional.layer_norm(h, h.shape[-1:])
+        h = h + torch.nn.functional.gelu(n @ w1) @ w2
+    cache.copy_(h)  # an in-place input update, like a KV-cache write
+    return h.softmax(-1), h.sum(-1)
+
+
+def make_case(args: argparse.Namespace, device: str) -> tuple[torch.fx.GraphModule, list[Any]]:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gen = torch.Generator().manual_seed(0)
+    h = args.hidden
+    weights = []
+    for _ in range(args.layers):
+        weights += [torch.randn(h, 4 * h, generator=gen) / h**0.5]
+        weights += [torch.randn(4 * h, h, generator=gen) / (4 * h) ** 0.5]
+    inputs = [torch.randn(args.batch, h, generator=gen), torch.zeros(args.batch, h), *weights]
+    inputs = [t.to(device) for t in inputs]
+    gm = make_fx(block, tracing_mode="fake")(*inputs)
+    return gm, inputs
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_steps(fn: Any, inputs: list[Any], device: str, steps: int, repeats: int) -> float:
+    """Median over ``repeats`` of the mean per-call time (microseconds) of ``steps`` calls."""
+    for _ in range(10):
+        fn(*inputs)
+    samples = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            fn(*inputs)
+        sync(device)
+        samples.append((time.perf_counter() - start) / steps * 1e6)
+    return statistics.median(samples)
+
+
+def child(args: argparse.Namespace) -> None:
+    """One process: compile_static (build or load), then time steps; print one JSON line."""
+    from npu_static_kernel import StaticKernelCompiler
+
+    device = args.device
+    if device == "cpu":
+        # The CPU is shared with the build tools and other jobs: one thread keeps steps comparable.
+        torch.set_num_threads(args.threads)
+    gm, inputs = make_case(args, device)
+    compiler = StaticKernelCompiler(args.build_dir, strict=True)
+    sync(device)
+    start = time.perf_counter()
+    fn = compiler.compile_static(gm, inputs)
+    sync(device)
+    seconds = time.perf_counter() - start
+    eager_inputs = [t.clone() for t in inputs]
+    static_inputs = [t.clone() for t in inputs]
+    torch.testing.assert_close(fn(*static_inputs), gm(*eager_inputs), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(static_inputs[1], eager_inputs[1], rtol=1e-4, atol=1e-4)
+    report: dict[str, Any] = {"compile_static_s": seconds, "counters": vars(compiler.counters)}
+    if args.time_steps:
+        with torch.no_grad():
+            report["eager_step_us"] = time_steps(gm, inputs, device, args.steps, args.repeats)
+            report["static_step_us"] = time_steps(fn, inputs, device, args.steps, args.repeats)
+    print(json.dumps(report))
+
+
+def run_child(
+    args: argparse.Namespace, build_dir: str, inductor_cache: str, *, time_steps: bool = False
+) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", "--build-dir", build_dir]
+    command += ["--time-steps"] if time_steps else []
+    for name in ("device", "batch", "hidden", "layers", "steps", "repeats", "threads"):
+        command += [f"--{name}", str(getattr(args, name))]
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=inductor_cache)
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"child failed:\n{result.stderr[-4000:]}")
+    report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    report["process_wall_s"] = wall
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--device", default=pick_device())
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads for the steps")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--build-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--time-steps", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    with tempfile.TemporaryDirectory(prefix="static-kernel-bench-") as tmp:
+        build_dir = os.path.join(tmp, "build")
+        machine_cache = os.path.join(tmp, "inductor")
+        cold = run_child(args, build_dir, machine_cache)
+        warm = run_child(args, build_dir, machine_cache, time_steps=True)
+        fresh = run_child(args, build_dir, os.path.join(tmp, "inductor-new-machine"))
+    assert cold["counters"]["builds"] == 1, cold
+    for report in (warm, fresh):
+        assert report["counters"]["builds"] == 0, report
+        assert report["counters"]["hits"] == 1, report
+
+    rows = [
+        ("cold: record + build + load (s)", cold["compile_static_s"]),
+        ("warm: record + load, 2nd process (s)", warm["compile_static_s"]),
+        ("warm, empty Inductor cache (s)", fresh["compile_static_s"]),
+        ("cold process wall incl. import (s)", cold["process_wall_s"]),
+        ("warm process wall incl. steps (s)", warm["process_wall_s"]),
+        ("step, eager ATen graph (us)", warm["eager_step_us"]),
+        ("step, static kernels (us)", warm["static_step_us"]),
+    ]
+    speedup = cold["compile_static_s"] / warm["compile_static_s"]
+    step_speedup = warm["eager_step_us"] / warm["static_step_us"]
+    device_name = (
+        torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
+    )
+    print(f"\nstatic kernel warm start on {args.device} ({device_name}), torch {torch.__version__}")
+    print(f"block: batch {args.batch}, hidden {args.hidden}, {args.layers} layers\n")
+    print(f"{'measure':<40}{'value':>12}")
+    for name, value in rows:
+        print(f"{name:<40}{value:>12.3f}")
+    print(f"{'warm start speed-up (cold / warm)':<40}{speedup:>11.1f}x")
+    print(f"{'step speed-up (eager / static)':<40}{step_speedup:>11.2f}x")
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "benchmark": "static_kernel_warm_start",
+        "device": args.device,
+        "device_name": device_name,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "shape": {"batch": args.batch, "hidden": args.hidden, "layers": args.layers},
+        "cold": cold,
+        "warm": warm,
+        "warm_empty_inductor_cache": fresh,
+        "warm_start_speedup": speedup,
+        "step_speedup": step_speedup,
+    }
+    tmp_out = args.out.with_suffix(".json.tmp")
+    tmp_out.write_text(json.dumps(document, indent=2) + "\n")
+    os.replace(tmp_out, args.out)
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Ascend builder: CANN's ``op_compiler`` turns op statistics into a static kernel package."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from npu_static_kernel import _device
+from npu_static_kernel._interface import BuildRequest, StaticKernelBuilder
+from npu_static_kernel._record import OpRecord, default_supports
+from npu_static_kernel.errors import BuildError
+
+__all__ = ["AscendBuilder"]
+
+UNINSTALL_RECORD = "uninstall.json"
+
+# CANN's ASCEND_GLOBAL_LOG_LEVEL (0..3; 4 = off) to op_compiler's -l values.
+_LOG_LEVELS = {"0": "debug", "1": "info", "2": "warning", "3": "error"}
+
+# .run packages installed by this process (SHA-256 of the file): installing mutates CANN's shared
+# op library, so the same package is never executed twice by one process.
+_installed: set[str] = set()
+_installed_lock = threading.Lock()
+
+
+class AscendBuilder(StaticKernelBuilder):
+    """Run CANN's ``op_compiler`` on the recorded op statistics and install the ``.run`` it makes.
+
+    ``build`` runs ``op_compiler -p <pid dir> -v <soc> -j <jobs> -o <outputs dir>`` and keeps the
+    produced ``static_kernel_<datetime>.run`` as the artifact; ``install`` executes it (once per
+    node, once per process) and records its ``uninstall.sh`` for ``npu-static-kernel clean``;
+    ``load`` asks aclnn to reselect kernels and returns ``gm.forward`` unchanged: on the NPU the
+    static kernels are picked by aclnn at launch time, not called by Python.
+
+    Args:
+        soc_version: The ``-v`` value (``"Ascend910B3"``...); default: asked from torch_npu.
+        jobs: Parallel compile jobs (``-j``); default: the CPU count.
+        blacklist: Op type substrings never compiled (``["MatMul"]`` keeps MatMul dynamic).
+        op_compiler: The executable name or path; looked up on PATH.
+    """
+
+    name: ClassVar[str] = "ascend"
+
+    def __init__(
+        self,
+        soc_version: str | None = None,
+        *,
+        jobs: int | None = None,
+        blacklist: Iterable[str] = (),
+        op_compiler: str = "op_compiler",
+    ) -> None:
+        self.soc_version = soc_version
+        self.jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+        self.blacklist = tuple(blacklist)
+        self.op_compiler = op_compiler
+
+    def _soc(self) -> str:
+        soc = self.soc_version or _device.npu_soc_name()
+        if not soc:
+            raise BuildError(
+                "cannot tell the Ascend SoC version (torch_npu is not usable here); pass "
+                "AscendBuilder(soc_version='Ascend910B3') or run on an NPU with torch_npu and CANN"
+            )
+        return soc
+
+    def compute_hash(self) -> str:
+        """Return the SoC, CANN version and blacklist: each changes the compiled kernels."""
+        return json.dumps(
+            {"soc": self._soc(), "cann": _cann_version(), "blacklist": sorted(self.blacklist)}
+        )
+
+    def supports_op(self, record: OpRecord) -> bool:
+        """Aten kernels whose op type matches no blacklist entry."""
+        return default_supports(record) and not any(b in record.op_type for b in self.blacklist)
+
+    def _executable(self) -> str:
+        found = shutil.which(self.op_compiler)
+        if found is None:
+            raise BuildError(
+                f"CANN's `{self.op_compiler}` was not found on PATH; static kernels on Ascend need "
+                "the CANN toolkit: install it and `source <ascend-toolkit>/set_env.sh`, or use "
+                "InductorBuilder on CUDA/CPU"
+            )
+        return found
+
+    def build(self, request: BuildRequest, out_dir: Path) -> None:
+        """Compile the ``<pid>/`` op statistics into ``static_kernel_*.run`` inside ``out_dir``."""
+        exe = self._executable()
+        stats = request.statistics
+        if stats is None:
+            raise BuildError(
+                "the Ascend builder needs recorded op statistics; call it through "
+                "StaticKernelCompiler.compile_static, which records them first"
+            )
+        if not stats.selected:
+            # Nothing to compile (only views or blacklisted ops): an empty artifact is still a
+            # valid answer, so the next process does not record and retry for nothing.
+            return
+        before = set(stats.output_dir.glob("static_kernel_*.run"))
+        command = [exe, "-p", str(stats.selected_dir), "-v", self._soc(), "-j", str(self.jobs)]
+        command += ["-o", str(stats.output_dir)]
+        level = _LOG_LEVELS.get(os.environ.get("ASCEND_GLOBAL_LOG_LEVEL", ""))
+        if level is not None:
+            command += ["-l", level]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            tail = (result.stderr or result.stdout).strip()[-2000:]
+            raise BuildError(
+                f"op_compiler failed with exit code {result.returncode}: {tail}; the op "
+                f"statistics are in {stats.selected_dir} (exclude failing ops with "
+                "AscendBuilder(blacklist=[...]))"
+            )
+        produced = sorted(set(stats.output_dir.glob("static_kernel_*.run")) - before)
+        if not produced:
+            raise BuildError(
+                f"op_compiler succeeded but wrote no static_kernel_*.run into {stats.output_dir}; "
+                "check the CANN version and the op_compiler log"
+            )
+        for run in produced:
+            shutil.copy2(run, out_dir / run.name)
+
+    def install(self, artifact_dir: Path) -> None:
+        """Execute every ``.run`` package of the artifact once in this process."""
+        uninstallers: list[str] = []
+        for run in sorted(artifact_dir.glob("static_kernel_*.run")):
+            digest = hashlib.sha256(run.read_bytes()).hexdigest()
+            with _installed_lock:
+                if digest in _installed:
+                    continue
+                run.chmod(run.stat().st_mode | stat.S_IXUSR)
+                result = subprocess.run(
+                    [str(run)], capture_output=True, text=True, check=False, cwd=artifact_dir
+                )
+                if result.returncode != 0:
+                    tail = (result.stderr or result.stdout).strip()[-2000:]
+                    raise BuildError(
+                        f"installing {run.name} failed with exit code {result.returncode}: {tail}; "
+                        "check write access to the CANN opp directory (ASCEND_HOME_PATH)"
+                    )
+                _installed.add(digest)
+            uninstallers += _find_uninstallers(run.stem)
+        if uninstallers:
+            _write_uninstall_record(artifact_dir, uninstallers)
+
+    def load(self, artifact_dir: Path, request: BuildRequest) -> Callable[..., Any]:
+        """Let aclnn reselect kernels and return ``gm.forward`` (the kernels load at launch)."""
+        _device.npu_reselect_static_kernel()
+        return request.gm.forward
+
+
+def _cann_version() -> str:
+    home = os.environ.get("ASCEND_HOME_PATH")
+    if not home:
+        return "unknown"
+    for name in ("version.cfg", "version.info"):
+        path = Path(home) / name
+        if path.is_file():
+            return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return home
+
+
+def _find_uninstallers(run_stem: str) -> list[str]:
+    home = os.environ.get("ASCEND_HOME_PATH")
+    if not home:
+        return []
+    pattern = os.path.join(home, "..", "*", "opp", "static_kernel", "ai_core", run_stem)
+    return sorted(glob.glob(os.path.join(pattern, "uninstall.sh")))
+
+
+def _write_uninstall_record(artifact_dir: Path, scripts: list[str]) -> None:
+    path = artifact_dir / UNINSTALL_RECORD
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(scripts), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def run_uninstallers(artifact_dir: Path) -> list[str]:
+    """Run the ``uninstall.sh`` scripts recorded for an artifact; return those that ran."""
+    path = artifact_dir / UNINSTALL_RECORD
+    if not path.is_file():
+        return []
+    ran: list[str] = []
+    for script in json.loads(path.read_text(encoding="utf-8")):
+        if os.path.isfile(script):
+            subprocess.run(["bash", script], check=False, capture_output=True)
+            ran.append(script)
+    return ran

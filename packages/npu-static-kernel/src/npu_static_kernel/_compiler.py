@@ -1,0 +1,389 @@
+"""StaticKernelCompiler: record, build or load, install, per new graph key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from npu_static_kernel import _device
+from npu_static_kernel._cache import ArtifactCache, CacheEntry, now
+from npu_static_kernel._distributed import NodeRole, resolve_node_role, take_disabled_warning
+from npu_static_kernel._interface import BuildRequest, StaticKernelBuilder, path_of
+from npu_static_kernel._record import OpStatistics, record_op_statistics
+from npu_static_kernel._version import __version__
+from npu_static_kernel.errors import (
+    BuildError,
+    CacheError,
+    NpuStaticKernelError,
+    StaticKernelDisabledWarning,
+)
+
+__all__ = ["StaticKernelCompiler", "StaticKernelCounters", "compute_key", "default_builder"]
+
+logger = logging.getLogger("npu_static_kernel")
+
+# Graph constants up to this many elements are hashed by value (they may be baked into compiled
+# code); larger ones by metadata only, to keep hashing cheap.
+_HASHED_CONSTANT_NUMEL = 1 << 16
+
+
+@dataclass
+class StaticKernelCounters:
+    """What a :class:`StaticKernelCompiler` did, for tests and logs.
+
+    Attributes:
+        records: Op statistics recordings written.
+        builds: Artifacts built by this process.
+        hits: Artifacts found on disk (built by another process or an earlier run).
+        installs: Artifacts installed by this process (node leader only).
+        loads: Artifacts loaded (every process, once per key).
+        fallbacks: Graph keys that run without static kernels (with a logged reason).
+    """
+
+    records: int = 0
+    builds: int = 0
+    hits: int = 0
+    installs: int = 0
+    loads: int = 0
+    fallbacks: int = 0
+
+
+def default_builder(device_type: str) -> StaticKernelBuilder:
+    """Return the builder for a device type: Ascend on ``npu``, Inductor on ``cuda`` and ``cpu``."""
+    if device_type == "npu":
+        from npu_static_kernel._ascend import AscendBuilder
+
+        return AscendBuilder()
+    from npu_static_kernel._inductor import InductorBuilder
+
+    return InductorBuilder()
+
+
+def _describe(arg: Any) -> str:
+    if isinstance(arg, torch.Tensor):
+        text = f"{str(arg.dtype).removeprefix('torch.')}{list(arg.shape)}"
+        if not arg.is_contiguous():
+            text += f"@stride{list(arg.stride())}"
+        return text
+    if isinstance(arg, (bool, int, float)):
+        return f"{type(arg).__name__}={arg}"
+    return type(arg).__name__
+
+
+def _constants_digest(gm: torch.fx.GraphModule) -> list[Any]:
+    found: list[Any] = []
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        value: Any = gm
+        for part in str(node.target).split("."):
+            value = getattr(value, part, None)
+        if isinstance(value, torch.Tensor):
+            entry: list[Any] = [str(node.target), _describe(value)]
+            if value.numel() <= _HASHED_CONSTANT_NUMEL and value.device.type != "meta":
+                data = value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()
+                entry.append(hashlib.sha256(data.tobytes()).hexdigest())
+            found.append(entry)
+    return found
+
+
+def compute_key(gm: torch.fx.GraphModule, args: Sequence[Any], builder: StaticKernelBuilder) -> str:
+    """Return the cache key of ``gm`` specialised for ``args`` by ``builder``.
+
+    The key is a SHA-256 over the graph code and constants, every argument's dtype, shape,
+    stride and device type (ints by value), the torch and package versions, the device model,
+    the deterministic-algorithms flag, the CPU thread count (CPU only), and the builder's name
+    and :meth:`compute_hash`.
+
+    Args:
+        gm: The FX graph.
+        args: Its runtime arguments.
+        builder: The builder that will make the artifact.
+
+    Returns:
+        A 64-character hex digest.
+    """
+    device_type = _device.device_type_of(args)
+    inputs = []
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            inputs.append([str(arg.dtype), list(arg.shape), list(arg.stride()), arg.device.type])
+        else:
+            inputs.append([type(arg).__name__, repr(arg)])
+    document = {
+        "graph": gm.code,
+        "constants": _constants_digest(gm),
+        "inputs": inputs,
+        "torch": torch.__version__,
+        "package": __version__,
+        "device": _device.device_fingerprint(device_type),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        # Inductor bakes the CPU thread count into its C++ kernels.
+        "cpu_threads": torch.get_num_threads() if device_type == "cpu" else None,
+        "builder": builder.name,
+        "builder_hash": builder.compute_hash(),
+    }
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def _mutated_positions(gm: torch.fx.GraphModule) -> set[int]:
+    """Positions of placeholders that an op of the graph writes to (``copy_``, ``add_``...)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {node: i for i, node in enumerate(placeholders)}
+    written: set[int] = set()
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None:
+            continue
+        for position, argument in enumerate(schema.arguments):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            value = (
+                node.args[position] if position < len(node.args) else node.kwargs.get(argument.name)
+            )
+            if isinstance(value, torch.fx.Node) and value in index:
+                written.add(index[value])
+    return written
+
+
+def _protected_args(gm: torch.fx.GraphModule, args: Sequence[Any]) -> list[Any]:
+    """Copies of the mutated tensor arguments (same strides), so recording changes no input."""
+    protected = list(args)
+    for position in _mutated_positions(gm):
+        if position < len(protected) and isinstance(protected[position], torch.Tensor):
+            original = protected[position]
+            copy = torch.empty_strided(
+                original.size(), original.stride(), dtype=original.dtype, device=original.device
+            )
+            protected[position] = copy.copy_(original)
+    return protected
+
+
+def _in_fresh_thread(device_type: str, fn: Callable[..., None], *args: Any) -> None:
+    """Run ``fn`` on a new thread and re-raise what it raised.
+
+    ``compile_static`` is called from inside a running compiled graph (AOT autograd's runtime
+    wrapper keeps the Python dispatch key in the thread-local include set); a compiler started
+    there sees the caller's dispatch state and fails. A new thread starts with clean
+    thread-local dispatch state; the grad mode and the current device are carried over.
+    """
+    errors: list[BaseException] = []
+    grad = torch.is_grad_enabled()
+    index = _device.current_device_index(device_type)
+
+    def target() -> None:
+        try:
+            _device.set_device_index(device_type, index)
+            with torch.set_grad_enabled(grad):
+                fn(*args)
+        except BaseException as exc:  # re-raised on the calling thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name="npu-static-kernel-build", daemon=True)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+
+
+class StaticKernelCompiler:
+    """Give every newly captured graph shape its own shape-specialised kernels.
+
+    Call :meth:`compile_static` once per new graph key, right before capture. It records the op
+    statistics of one eager run, builds the artifact (or finds it in the cache, built by another
+    process or an earlier run), installs it once per node and returns the callable to capture.
+    Unlike TorchAir, which builds for the first shape only, every shape gets its kernels.
+    Recording and a first run of the loaded artifact use copies of the inputs the graph writes
+    to, so the arguments are left unchanged.
+
+    With ``torch.distributed`` initialised and more than one process, ``LOCAL_WORLD_SIZE`` must
+    be set: local rank 0 of each node builds and installs while the node's other processes wait
+    at a barrier, then all load. Without it a :class:`StaticKernelDisabledWarning` is issued once
+    and graphs run without static kernels.
+
+    Args:
+        build_dir: Where op statistics (``aclnn_static_shape_kernel_outputs``) and the artifact
+            cache (``static_kernel_cache``) live; defaults to the current directory.
+        builder: The builder; default: :class:`AscendBuilder` on ``npu``, :class:`InductorBuilder`
+            on ``cuda``/``cpu`` (chosen from the first tensor argument).
+        strict: Raise build errors instead of logging them and running the graph unchanged.
+
+    Example:
+        >>> compiler = StaticKernelCompiler("/path/test")
+        >>> fn = compiler.compile_static(gm, args)  # gm: ATen-level torch.fx.GraphModule
+        >>> outputs = fn(*args)  # same outputs and input mutations as gm(*args)
+    """
+
+    def __init__(
+        self,
+        build_dir: str | os.PathLike[str] | None = None,
+        *,
+        builder: StaticKernelBuilder | None = None,
+        strict: bool = False,
+    ) -> None:
+        self.build_dir = path_of(build_dir).absolute()
+        self.builder = builder
+        self.strict = strict
+        self.cache = ArtifactCache(self.build_dir)
+        self.counters = StaticKernelCounters()
+        self.last_statistics: OpStatistics | None = None
+        self._enabled = True
+        self._loaded: dict[str, Callable[..., Any]] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def enabled(self) -> bool:
+        """False once static kernels were switched off for this process (see the class doc)."""
+        return self._enabled
+
+    def _node_role(self) -> NodeRole | None:
+        role = resolve_node_role()
+        self._enabled = role is not None
+        if role is None and take_disabled_warning():
+            warnings.warn(
+                "static kernels are off: torch.distributed runs several processes but "
+                "LOCAL_WORLD_SIZE is not set, so processes sharing a node cannot agree on "
+                "who installs kernels; export LOCAL_WORLD_SIZE=<processes per node>",
+                StaticKernelDisabledWarning,
+                stacklevel=3,
+            )
+        return role
+
+    def compile_static(self, gm: torch.fx.GraphModule, args: Sequence[Any]) -> Callable[..., Any]:
+        """Record, build or load, and return the callable to capture for these shapes.
+
+        In a multi-process job every rank must call this for the same graph key at the same
+        point (it contains a node barrier).
+
+        Args:
+            gm: The ATen-level FX graph (after AOT autograd; may ``aten.copy_`` into inputs).
+            args: The runtime arguments (tensors and ints) of this graph key.
+
+        Returns:
+            A callable with ``gm.forward``'s calling convention, outputs and input mutations:
+            the shape-specialised artifact, or ``gm.forward`` itself when static kernels are
+            off or the build failed (a warning is logged with the reason).
+
+        Raises:
+            BuildError: With ``strict=True``, when the artifact cannot be built.
+        """
+        with self._lock:
+            args = tuple(args)
+            role = self._node_role()
+            if role is None:
+                return gm.forward
+            device_type = _device.device_type_of(args)
+            if self.builder is None:
+                self.builder = default_builder(device_type)
+            builder = self.builder
+            try:
+                key = compute_key(gm, args, builder)
+            except NpuStaticKernelError as exc:
+                return self._fallback(gm, exc)
+            loaded = self._loaded.get(key)
+            if loaded is not None:
+                return loaded
+            protected = _protected_args(gm, args)
+            statistics = record_op_statistics(
+                gm,
+                *protected,
+                build_dir=self.build_dir,
+                supports=builder.supports_op,
+            )
+            self.counters.records += 1
+            self.last_statistics = statistics
+            request = BuildRequest(gm, args, statistics, key, device_type)
+            failure: NpuStaticKernelError | None = None
+            if role.is_leader:
+                try:
+                    self._build_or_find(request, builder)
+                except NpuStaticKernelError as exc:
+                    failure = exc
+                finally:
+                    role.barrier()
+            else:
+                role.barrier()
+            if failure is not None:
+                return self._fallback(gm, failure)
+            path = self.cache.lookup(key)
+            if path is None:
+                return self._fallback(
+                    gm,
+                    BuildError(
+                        f"no artifact for key {key[:12]} after the node's build; the process with "
+                        "local rank 0 logged why"
+                    ),
+                )
+            try:
+                fn = builder.load(path, request)
+            except NpuStaticKernelError as exc:
+                return self._fallback(gm, exc)
+            if fn != gm.forward:
+                # One run on the protected copies: proves the artifact works here and finishes
+                # lazy work (kernel loading) before anyone captures it.
+                try:
+                    fn(*protected)
+                    _device.synchronize(device_type)
+                except Exception as exc:
+                    return self._fallback(
+                        gm,
+                        CacheError(
+                            f"the artifact {key[:12]} failed its first run ({type(exc).__name__}: "
+                            f"{exc}); remove it with `npu-static-kernel clean --key {key[:12]}`"
+                        ),
+                    )
+            self.counters.loads += 1
+            self._loaded[key] = fn
+            return fn
+
+    def _build_or_find(self, request: BuildRequest, builder: StaticKernelBuilder) -> None:
+        key = request.key
+        with self.cache.key_lock(key):
+            path = self.cache.lookup(key)
+            if path is None:
+                stale = self.cache.discard_stale(key)
+                if stale:
+                    logger.info("discarded %d unfinished build(s) of %s", len(stale), key[:12])
+                staging = self.cache.staging(key)
+                try:
+                    _in_fresh_thread(request.device_type, builder.build, request, staging)
+                    entry = CacheEntry(
+                        key=key,
+                        builder=builder.name,
+                        device=_device.device_fingerprint(request.device_type),
+                        inputs=tuple(_describe(a) for a in request.args),
+                        created=now(),
+                        graph=type(request.gm).__name__,
+                        extra={"statistics": str(request.statistics.output_dir)}
+                        if request.statistics is not None
+                        else {},
+                    )
+                    path = self.cache.commit(entry, staging)
+                except BaseException:
+                    # The staging directory is all a failed build wrote: nothing half-done stays.
+                    self.cache.discard_stale(key)
+                    raise
+                self.counters.builds += 1
+                logger.info("built static kernels %s for %s", key[:12], entry.inputs)
+            else:
+                self.counters.hits += 1
+            builder.install(path)
+            self.counters.installs += 1
+
+    def _fallback(
+        self, gm: torch.fx.GraphModule, error: NpuStaticKernelError
+    ) -> Callable[..., Any]:
+        if self.strict:
+            raise error
+        self.counters.fallbacks += 1
+        logger.warning("running the graph without static kernels: %s", error)
+        return gm.forward

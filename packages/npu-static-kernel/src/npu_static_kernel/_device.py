@@ -1,0 +1,105 @@
+"""Device adapter: the only module that talks to device-specific APIs (torch_npu lazily)."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+# torch_npu's internal format ids (``torch_npu.get_npu_format``) to the CANN format names used in op
+# statistics file names; anything else keeps its numeric id so nothing is silently mislabelled.
+_NPU_FORMATS = {0: "NCHW", 1: "NHWC", 2: "ND", 3: "NC1HWC0", 4: "FRACTAL_Z", 29: "FRACTAL_NZ"}
+
+
+def device_type_of(args: Iterable[Any]) -> str:
+    """Return the device type of the first tensor in ``args`` (``"cpu"`` when there is none)."""
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            return arg.device.type
+    return "cpu"
+
+
+def device_fingerprint(device_type: str) -> str:
+    """Describe the device model so an artifact built for one chip is never loaded on another."""
+    if device_type == "cuda" and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"cuda:{torch.cuda.get_device_name()}:sm{major}{minor}:cuda{torch.version.cuda}"
+    if device_type == "npu":
+        return f"npu:{npu_soc_name() or 'unknown'}"
+    cpu_capability = torch.backends.cpu.get_cpu_capability()
+    return f"{device_type}:{platform.machine()}:{cpu_capability}"
+
+
+def storage_format(tensor: torch.Tensor) -> str:
+    """Return the CANN-style storage format name of ``tensor`` (``ND`` for plain dense tensors)."""
+    if tensor.device.type == "npu":
+        try:
+            import torch_npu
+
+            fmt = int(torch_npu.get_npu_format(tensor))
+        except (ImportError, AttributeError, RuntimeError):
+            return "ND"
+        return _NPU_FORMATS.get(fmt, f"FORMAT{fmt}")
+    channels_last = tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last)
+    if channels_last and not tensor.is_contiguous():
+        # A channels-last 4-D tensor is laid out NHWC even though its logical shape is NCHW.
+        return "NHWC"
+    return "ND"
+
+
+def npu_soc_name() -> str | None:
+    """Return the Ascend SoC name (``Ascend910B3``...), or None when torch_npu is unusable."""
+    try:
+        import torch_npu  # noqa: F401  (registers torch.npu)
+
+        return str(torch.npu.get_device_name())  # type: ignore[attr-defined]
+    except Exception:  # torch_npu without CANN raises almost anything at import time
+        return None
+
+
+def npu_reselect_static_kernel() -> bool:
+    """Ask aclnn to pick up newly installed static kernels; False when torch_npu lacks the hook."""
+    try:
+        import torch_npu
+
+        reselect = torch_npu.npu._aclnn_reselect_static_kernel
+    except (ImportError, AttributeError):
+        return False
+    reselect()
+    return True
+
+
+def synchronize(device_type: str) -> None:
+    """Wait for queued device work so recorded op statistics describe completed calls."""
+    if device_type == "cpu":
+        return
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "synchronize"):
+        accelerator.synchronize()
+    elif device_type == "cuda":
+        torch.cuda.synchronize()
+
+
+def current_device_index(device_type: str) -> int | None:
+    """The calling thread's current device index for ``device_type`` (None on CPU)."""
+    if device_type == "cpu":
+        return None
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "current_device_index"):
+        return int(accelerator.current_device_index())
+    if device_type == "cuda":
+        return int(torch.cuda.current_device())
+    return None
+
+
+def set_device_index(device_type: str, index: int | None) -> None:
+    """Make ``index`` the current device of the calling thread (a new thread starts at 0)."""
+    if index is None:
+        return
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "set_device_index"):
+        accelerator.set_device_index(index)
+    elif device_type == "cuda":
+        torch.cuda.set_device(index)

@@ -1,0 +1,196 @@
+"""InductorBuilder via StaticKernelCompiler: static-shape artifacts equal eager, mutations too."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from npu_static_kernel import (
+    ArtifactCache,
+    InductorBuilder,
+    StaticKernelCompiler,
+    compute_key,
+)
+from npu_static_kernel.cli import main as cli_main
+
+
+def graph_fn(buf: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor]:
+    # The shape of an AOT-autograd inference graph with keep_inference_input_mutations=True.
+    hidden = torch.ops.aten.relu.default(torch.ops.aten.mm.default(x, w))
+    torch.ops.aten.copy_.default(buf, torch.ops.aten.add.Tensor(buf, hidden))
+    return (torch.ops.aten.mul.Tensor(hidden, 2.0),)
+
+
+def make_args(rows: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(rows)
+    return [
+        torch.zeros(rows, 8),
+        torch.randn(rows, 16, generator=gen),
+        torch.randn(16, 8, generator=gen),
+    ]
+
+
+def clone(args: list[Any]) -> list[Any]:
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+@dataclass
+class Built:
+    build_dir: Path
+    gm: torch.fx.GraphModule
+    args: list[torch.Tensor]
+    compiler: StaticKernelCompiler
+    fn: Callable[..., Any]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    build_dir = tmp_path_factory.mktemp("inductor")
+    gm = torch.fx.symbolic_trace(graph_fn)
+    args = make_args(4)
+    compiler = StaticKernelCompiler(build_dir, strict=True)
+    fn = compiler.compile_static(gm, args)
+    return Built(build_dir, gm, args, compiler, fn)
+
+
+def test_outputs_and_input_mutation_match_eager(built: Built) -> None:
+    assert built.fn != built.gm.forward
+    compiled_args, eager_args = clone(built.args), clone(built.args)
+    out = built.fn(*compiled_args)
+    ref = built.gm(*eager_args)
+    assert isinstance(out, tuple)
+    assert len(out) == 1
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(compiled_args[0], eager_args[0])
+    assert compiled_args[0].abs().sum() > 0  # the aten.copy_ into the input happened
+    out2 = built.fn(*compiled_args)  # and happens again on every call
+    torch.testing.assert_close(compiled_args[0], 2 * eager_args[0])
+    torch.testing.assert_close(out2, ref)
+
+
+def test_recording_runs_on_copies_of_mutated_inputs(built: Built) -> None:
+    assert torch.count_nonzero(built.args[0]) == 0
+    assert built.compiler.counters.records == 1
+    stats = built.compiler.last_statistics
+    assert stats is not None
+    assert "MatMulV2_float_ND_4_16_0.json" in stats.selected
+    assert any(name.startswith("ViewCopy_float_ND_4_8_") for name in stats.selected)
+
+
+def test_artifact_is_one_portable_inductor_file(built: Built) -> None:
+    key = compute_key(built.gm, built.args, InductorBuilder())
+    path = ArtifactCache(built.build_dir).lookup(key)
+    assert path is not None
+    assert sorted(p.name for p in path.iterdir()) == ["inductor_artifact.bin", "meta.json"]
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["builder"] == "inductor"
+    assert meta["inputs"] == [
+        "float32[4, 8]",
+        "float32[4, 16]",
+        "float32[16, 8]",
+    ]
+    assert built.compiler.counters.builds == 1
+    assert built.compiler.counters.loads == 1
+
+
+def test_second_compiler_loads_without_building(built: Built) -> None:
+    other = StaticKernelCompiler(built.build_dir, strict=True)
+    fn = other.compile_static(built.gm, built.args)
+    assert (other.counters.builds, other.counters.hits, other.counters.loads) == (0, 1, 1)
+    args = clone(built.args)
+    torch.testing.assert_close(fn(*args), built.gm(*clone(built.args)))
+
+
+def test_same_key_twice_returns_the_loaded_callable(built: Built) -> None:
+    before = built.compiler.counters.records
+    assert built.compiler.compile_static(built.gm, built.args) is built.fn
+    assert built.compiler.counters.records == before
+
+
+def test_every_new_shape_gets_its_own_kernels(built: Built) -> None:
+    compiler = StaticKernelCompiler(built.build_dir, strict=True)
+    small = make_args(2)
+    fn = compiler.compile_static(built.gm, small)
+    assert compiler.counters.builds == 1
+    assert compute_key(built.gm, small, InductorBuilder()) != compute_key(
+        built.gm, built.args, InductorBuilder()
+    )
+    stats = compiler.last_statistics
+    assert stats is not None
+    assert "MatMulV2_float_ND_2_16_0.json" in stats.selected
+    compiled_args, eager_args = clone(small), clone(small)
+    torch.testing.assert_close(fn(*compiled_args), built.gm(*eager_args))
+    torch.testing.assert_close(compiled_args[0], eager_args[0])
+
+
+def test_cli_lists_and_cleans(
+    built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build_dir = tmp_path / "copy"
+    shutil.copytree(built.build_dir, build_dir)
+    keys = [e.key for e in ArtifactCache(build_dir).entries()]
+    assert keys
+    assert cli_main(["list", "--build-dir", str(build_dir)]) == 0
+    table = capsys.readouterr().out
+    assert all(key[:12] in table for key in keys)
+    assert "inductor" in table
+    assert cli_main(["list", "--json", "--build-dir", str(build_dir)]) == 0
+    assert sorted(e["key"] for e in json.loads(capsys.readouterr().out)) == sorted(keys)
+    assert cli_main(["clean", "--key", keys[0][:10], "--build-dir", str(build_dir)]) == 0
+    assert [e.key for e in ArtifactCache(build_dir).entries()] == keys[1:]
+    assert cli_main(["clean", "--key", "zzzz", "--build-dir", str(build_dir)]) == 2
+    assert cli_main(["clean", "--records", "--build-dir", str(build_dir)]) == 0
+    assert ArtifactCache(build_dir).entries() == []
+    assert not (build_dir / "aclnn_static_shape_kernel_outputs").exists()
+    capsys.readouterr()
+    assert cli_main(["list", "--build-dir", str(build_dir)]) == 0
+    assert "no static kernel artifacts" in capsys.readouterr().out
+
+
+def test_through_aot_autograd_like_the_backend(tmp_path: Path) -> None:
+    """The npu-compile path: AOT autograd forward graph, compile_static on its first real call."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    compiler = StaticKernelCompiler(tmp_path, strict=True)
+
+    def fw_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        state: dict[str, Callable[..., Any]] = {}
+
+        def run(*args: Any) -> Any:
+            if "fn" not in state:
+                state["fn"] = compiler.compile_static(gm, list(args))
+            return state["fn"](*args)
+
+        return make_boxed_func(run)
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        return aot_module_simplified(
+            gm, example_inputs, fw_compiler=fw_compiler, keep_inference_input_mutations=True
+        )
+
+    def model(x: torch.Tensor, w: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        y = x @ w
+        cache.add_(y)
+        return torch.softmax(y, dim=-1)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend, fullgraph=True)
+    x, w = torch.randn(3, 5), torch.randn(5, 4)
+    cache, eager_cache = torch.zeros(3, 4), torch.zeros(3, 4)
+    with torch.no_grad():
+        out = compiled(x, w, cache)
+        out = compiled(x, w, cache)
+    ref = model(x, w, eager_cache)
+    ref = model(x, w, eager_cache)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(cache, eager_cache)
+    assert compiler.counters.builds == 1
+    assert compiler.counters.loads == 1
+    torch._dynamo.reset()
