@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Protocol
 
@@ -40,7 +40,7 @@ StaticLike = Callable[[torch.Tensor], torch.Tensor]
 #: What a runner captures: given ``static_like`` (allocates a pool tensor shaped like its argument),
 #: returns the flat output leaves, a function that recomputes them, and every tensor the callable
 #: received (so outputs aliasing an input are recognised).
-Body = Callable[[StaticLike], tuple[list[Any], Callable[[], list[Any]], list[torch.Tensor]]]
+Body = Callable[[StaticLike], tuple[list[Any], Callable[[], Sequence[Any]], list[torch.Tensor]]]
 
 
 class Graph(Protocol):
@@ -78,15 +78,6 @@ class GraphBackend(Protocol):
         """
 
 
-def _flat_copy(
-    dst: list[torch.Tensor], pick: Callable[[list[Any]], Any]
-) -> Callable[[list[Any]], None]:
-    def copy(leaves: list[Any]) -> None:
-        torch._foreach_copy_(dst, pick(leaves))
-
-    return copy
-
-
 def _pick(indices: list[int]) -> Callable[[Any], tuple[Any, ...]]:
     if len(indices) == 1:
         (only,) = indices
@@ -99,31 +90,34 @@ class _EmulatedGraph:
 
     def __init__(
         self,
-        rerun: Callable[[], list[Any]],
-        copy: Callable[[list[Any]], None] | None,
+        rerun: Callable[[], Sequence[Any]],
+        dst: list[torch.Tensor],
+        pick: Callable[[Sequence[Any]], Any] | None,
         pool: PoolHandle,
         blocks: list[int],
     ) -> None:
-        self._rerun: Callable[[], list[Any]] | None = rerun
-        self._copy = copy
+        # One closure per graph: the emulated replay is the CPU hot path, so the re-run and
+        # the batched copy into the static outputs are bound once here, not looked up per call.
+        run: Callable[[], object] = rerun
+        if pick is not None:
+
+            def run() -> None:
+                torch._foreach_copy_(dst, pick(rerun()))
+
+        self._run: Callable[[], object] | None = run
         self._pool = pool
         self._blocks = blocks
 
     def replay(self) -> None:
-        if self._rerun is None:
+        run = self._run
+        if run is None:
             raise RuntimeError("replay() of a graph that was reset; capture it again")
         if torch.is_grad_enabled():
             # A device replay records no autograd history; neither does the emulation.
             with torch.no_grad():
-                self._run()
+                run()
         else:
-            self._run()
-
-    def _run(self) -> None:
-        assert self._rerun is not None
-        leaves = self._rerun()
-        if self._copy is not None:
-            self._copy(leaves)
+            run()
 
     def reset(self) -> None:
         arena = self._pool._arena
@@ -131,8 +125,7 @@ class _EmulatedGraph:
         for block in self._blocks:
             arena.free(block)
         self._blocks = []
-        self._rerun = None
-        self._copy = None
+        self._run = None
 
 
 class EmulatedBackend:
@@ -179,8 +172,7 @@ class EmulatedBackend:
                 static[i] = buffer
                 dst.append(buffer)
                 src.append(i)
-        copy = _flat_copy(dst, _pick(src)) if src else None
-        return _EmulatedGraph(rerun, copy, pool, blocks), static
+        return _EmulatedGraph(rerun, dst, _pick(src) if src else None, pool, blocks), static
 
     def checkpoint(self, pool: PoolHandle) -> bool:
         assert pool._arena is not None

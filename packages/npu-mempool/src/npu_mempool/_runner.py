@@ -100,11 +100,12 @@ class _Output:
             self.kind = "tree"
             self.leaves, self.spec = tree_flatten(out)
 
-    def flatten(self) -> Callable[[Any], list[Any]]:
+    def flatten(self) -> Callable[[Any], Sequence[Any]]:
         if self.kind == "tensor":
-            return lambda out: [out]
+            return lambda out: (out,)
         if self.kind in ("tuple", "list"):
-            return list
+            # Already an indexable sequence of leaves: no per-replay copy into a list.
+            return lambda out: out
         return lambda out: tree_flatten(out)[0]
 
     def build(self, leaves: list[Any]) -> Any:
@@ -170,6 +171,9 @@ class GraphRunner:
         self._options = options
         self._specialize = specialize
         self.name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
+        # Function-like: wrappers that read ``__name__`` on every call (Dynamo's ``disable``
+        # does) would otherwise raise and swallow an AttributeError per call.
+        self.__name__ = self.__qualname__ = self.name
         # A weak reference: replay closures hold the counters, and a cycle back to the runner
         # would keep its device memory alive until the garbage collector runs.
         this = weakref.ref(self)
@@ -439,9 +443,13 @@ class GraphRunner:
             out = fn(*static_args)
             shape = _Output(out)
             structure.append(shape)
-            flatten = shape.flatten()
             inputs = [static_args[i] for i in layout.tensors]
-            return shape.leaves, (lambda: flatten(fn(*static_args))), inputs
+            if shape.kind in ("tuple", "list"):
+                rerun: Callable[[], Sequence[Any]] = lambda: fn(*static_args)  # noqa: E731
+            else:
+                flatten = shape.flatten()
+                rerun = lambda: flatten(fn(*static_args))  # noqa: E731
+            return shape.leaves, rerun, inputs
 
         graph, static_leaves = backend.capture(pool, body)
         shape = structure[0]
@@ -536,6 +544,17 @@ class GraphRunner:
         if watched is None and user is not None and clone_input and constant:
             # The common case, kept free of branches: one batched copy, one replay.
             def run(args: tuple[Any, ...]) -> Any:
+                foreach_copy(dst, user(args))
+                replay()
+                mine.replays += 1
+                total.replays += 1
+                return result
+
+        elif watched is not None and user is not None and clone_input and constant:
+            # The same with parameters or mutated inputs: one address check first.
+            def run(args: tuple[Any, ...]) -> Any:
+                if tuple(map(_DATA_PTR, watched(args))) != ptrs:
+                    return _MISS
                 foreach_copy(dst, user(args))
                 replay()
                 mine.replays += 1
