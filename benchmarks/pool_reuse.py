@@ -20,15 +20,12 @@ Prints a table and writes ``benchmarks/results/pool_reuse.json``. Needs torch an
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
-import tempfile
 from pathlib import Path
-from typing import Any
 
 import npu_mempool
 import torch
+from _results import write_json
 from npu_mempool import CaptureOptions, GraphRunner, InputKind
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pool_reuse.json"
@@ -80,14 +77,6 @@ def measure(rows: list[int], width: int, device: torch.device) -> dict[str, int]
     return out
 
 
-def write_json(payload: dict[str, Any]) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=RESULTS.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2)
-    os.replace(tmp, RESULTS)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=1024)
@@ -105,6 +94,7 @@ def main() -> None:
     for name, nbytes in result.items():
         print(f"{name:<40}{nbytes / 2**20:>10.1f}{nbytes / largest:>10.2f}x")
     write_json(
+        RESULTS,
         {
             "device": str(device),
             "graph_implementation": npu_mempool.graph_implementation(device),
@@ -113,7 +103,7 @@ def main() -> None:
             "rows": rows,
             "width": args.width,
             "bytes": result,
-        }
+        },
     )
     print(f"wrote {RESULTS}")
 

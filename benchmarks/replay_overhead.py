@@ -17,11 +17,8 @@ Prints a table and writes ``benchmarks/results/replay_overhead.json``. Needs tor
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +26,7 @@ from typing import Any
 
 import npu_mempool
 import torch
+from _results import write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay_overhead.json"
 
@@ -132,14 +130,6 @@ def measure(kernels: int, calls: int, repeats: int, device: torch.device) -> dic
     return result
 
 
-def write_json(payload: dict[str, Any]) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=RESULTS.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2)
-    os.replace(tmp, RESULTS)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=int, default=200)
@@ -164,6 +154,7 @@ def main() -> None:
             f"{r['runner_overhead_us']:>9.2f}us{r['runner_over_raw']:>7.2f}x"
         )
     write_json(
+        RESULTS,
         {
             "device": str(device),
             "graph_implementation": graph,
@@ -173,7 +164,7 @@ def main() -> None:
             "repeats": args.repeats,
             "unit": "us per call (min of repeats; *_median: median)",
             "rows": rows,
-        }
+        },
     )
     print(f"wrote {RESULTS}")
 

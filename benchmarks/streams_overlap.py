@@ -14,11 +14,8 @@ Self-contained: needs torch and npu-streams only. On a machine without an accele
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +23,7 @@ from typing import Any
 
 import npu_streams
 import torch
+from _results import write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "streams_overlap.json"
 
@@ -112,15 +110,6 @@ def _time_replays(graph: Any, device: torch.device, replays: int, repeats: int) 
     return figures
 
 
-def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=64, help="rows of each branch's activations")
@@ -180,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"{row.variant:<20} {row.ms_median:>22.4f} {min(row.ms):>9.4f} {max(row.ms):>9.4f}")
     print(f"speedup (one stream / npu_stream_switch): {speedup:.2f}x; outputs equal: {same}")
-    _write_json(
+    write_json(
         args.output,
         {
             "benchmark": "streams_overlap",

@@ -31,6 +31,7 @@ from typing import Any
 import filelock
 
 from npu_static_kernel._interface import path_of
+from npu_static_kernel._io import atomic_write_json
 from npu_static_kernel.errors import CacheError
 
 __all__ = ["CACHE_DIRNAME", "ArtifactCache", "CacheEntry"]
@@ -78,20 +79,6 @@ class CacheEntry:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         known["inputs"] = tuple(known.get("inputs", ()))
         return cls(**known)
-
-
-def _atomic_write_json(path: Path, document: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _remove_dir(path: Path, key: str) -> None:
@@ -205,7 +192,7 @@ class ArtifactCache:
         entry = CacheEntry.from_json(
             {**entry.to_json(), "path": str(final), "size_bytes": _dir_size(staging)}
         )
-        _atomic_write_json(staging / _META, entry.to_json())
+        atomic_write_json(staging / _META, entry.to_json())
         if final.exists():
             # An unreadable leftover under the same key: move it aside first, since a directory
             # cannot be replaced by a rename while it has content.
@@ -214,7 +201,7 @@ class ArtifactCache:
         with self._index_lock():
             index = self._read_index()
             index[entry.key] = entry.to_json()
-            _atomic_write_json(self._index, index)
+            atomic_write_json(self._index, index)
         return final
 
     def _read_index(self) -> dict[str, Any]:
@@ -260,7 +247,7 @@ class ArtifactCache:
             with self._index_lock():
                 index = self._read_index()
                 if index.pop(key, None) is not None or existed:
-                    _atomic_write_json(self._index, index)
+                    atomic_write_json(self._index, index)
         return existed
 
     def clean(self) -> int:

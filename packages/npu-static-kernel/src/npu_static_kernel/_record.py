@@ -29,6 +29,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from npu_static_kernel import _device
+from npu_static_kernel._io import atomic_write_json
 
 __all__ = [
     "OUTPUTS_DIRNAME",
@@ -311,18 +312,6 @@ class OpStatistics:
     selected: tuple[str, ...] = field(default=())
 
 
-def _write_json(path: Path, document: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_op_statistics(
     records: Iterable[OpRecord],
     build_dir: str | os.PathLike[str] | None = None,
@@ -367,9 +356,9 @@ def write_op_statistics(
             names.append(name)
             chosen = supports(record)
             document = record.to_json(supported=chosen)
-            _write_json(staging / f"{pid}_debug" / name, document)
+            atomic_write_json(staging / f"{pid}_debug" / name, document)
             if chosen:
-                _write_json(staging / str(pid) / name, document)
+                atomic_write_json(staging / str(pid) / name, document)
                 selected.append(name)
         os.replace(staging, final)
     except BaseException:
