@@ -308,3 +308,12 @@ def test_a_dropped_runner_frees_its_graphs_without_the_garbage_collector() -> No
         assert pool() is None
     finally:
         gc.enable()
+
+
+def test_runner_is_function_like_for_wrappers_that_read_its_name() -> None:
+    # Dynamo's disable() wrapper reads __name__ on every call; without it each call would raise
+    # and swallow an AttributeError.
+    runner = GraphRunner(mlp, input_kinds=[U, P, P], name="decode_step")
+    assert runner.__name__ == "decode_step"
+    assert runner.__qualname__ == "decode_step"
+    assert GraphRunner(mlp).__name__ == "mlp"
