@@ -186,3 +186,19 @@ def test_unknown_soc_asks_for_soc_version(tmp_path: Path) -> None:
     compiler = StaticKernelCompiler(tmp_path, builder=AscendBuilder(), strict=True)
     with pytest.raises(BuildError, match=r"soc_version="):
         compiler.compile_static(GM, make_args())
+
+
+def test_op_compiler_writing_no_run_is_a_build_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "op_compiler"
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    build_dir = tmp_path / "build"
+    compiler = StaticKernelCompiler(build_dir, builder=AscendBuilder("Ascend910B3"), strict=True)
+    with pytest.raises(BuildError, match=r"wrote no static_kernel_\*\.run"):
+        compiler.compile_static(GM, make_args())
+    assert ArtifactCache(build_dir).entries() == []

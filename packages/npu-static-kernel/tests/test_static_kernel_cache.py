@@ -275,3 +275,120 @@ def test_artifact_failing_its_first_run_falls_back(
     assert compiler.counters.fallbacks == 1
     assert "failed its first run" in caplog.text
     assert "illegal instruction" in caplog.text
+
+
+def test_key_includes_the_device_index_on_cuda() -> None:
+    # Inductor's CUDA code pins the index it was built on: cuda:1 must not load a cuda:0 artifact.
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    mode = FakeTensorMode()
+
+    def on(device: str) -> torch.Tensor:
+        return FakeTensor(mode, torch.empty(4, 4, device="meta"), torch.device(device))
+
+    builder = FileBuilder()
+    assert compute_key(GM, [on("cuda:0"), 2], builder) != compute_key(
+        GM, [on("cuda:1"), 2], builder
+    )
+    assert compute_key(GM, [on("cuda:0"), 2], builder) == compute_key(
+        GM, [on("cuda:0"), 2], builder
+    )
+
+
+def test_per_device_follower_builds_its_own_artifact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from npu_static_kernel import _compiler
+
+    _fake_distributed(monkeypatch, rank=5, world=8)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.setattr(_compiler, "_per_device", lambda device_type: True)  # as on CUDA
+    builder = FileBuilder()
+    follower = StaticKernelCompiler(tmp_path, builder=builder, strict=True)
+    follower.compile_static(GM, [torch.ones(3), 2])
+    assert len(builder.built) == 1
+    assert (follower.counters.builds, follower.counters.loads) == (1, 1)
+
+
+def test_unwritable_build_dir_falls_back_with_a_clear_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    builder = FileBuilder()
+    compiler = StaticKernelCompiler(not_a_dir, builder=builder)
+    with caplog.at_level(logging.WARNING, logger="npu_static_kernel"):
+        assert compiler.compile_static(GM, [torch.ones(3), 2]) == GM.forward
+    assert compiler.counters.fallbacks == 1
+    assert "cannot write op statistics" in caplog.text
+    assert builder.built == []
+    strict = StaticKernelCompiler(not_a_dir, builder=builder, strict=True)
+    with pytest.raises(CacheError, match="writable directory"):
+        strict.compile_static(GM, [torch.ones(3), 2])
+
+
+class CheckedFileBuilder(FileBuilder):
+    name = "checked"
+
+    def load(self, artifact_dir: Path, request: BuildRequest) -> Callable[..., Any]:
+        if (artifact_dir / "graph.py").read_text() != request.gm.code:
+            raise CacheError(f"checksum mismatch in {artifact_dir}")
+        return request.gm.forward
+
+
+def test_unreadable_artifact_is_discarded_and_rebuilt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    args = [torch.ones(3), 2]
+    builder = CheckedFileBuilder()
+    StaticKernelCompiler(tmp_path, builder=builder, strict=True).compile_static(GM, args)
+    (key,) = builder.built
+    (ArtifactCache(tmp_path).entry_dir(key) / "graph.py").write_text("truncat")
+    compiler = StaticKernelCompiler(tmp_path, builder=builder, strict=True)
+    with caplog.at_level(logging.WARNING, logger="npu_static_kernel"):
+        compiler.compile_static(GM, args)
+    assert "discarding the unreadable artifact" in caplog.text
+    assert builder.built == [key, key]
+    assert (compiler.counters.loads, compiler.counters.fallbacks) == (1, 0)
+    assert (ArtifactCache(tmp_path).entry_dir(key) / "graph.py").read_text() == GM.code
+
+
+def test_cli_clean_with_an_empty_key_removes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    StaticKernelCompiler(tmp_path, builder=FileBuilder(), strict=True).compile_static(
+        GM, [torch.ones(3), 2]
+    )
+    assert cli_main(["clean", "--key", "", "--build-dir", str(tmp_path)]) == 2
+    assert "needs a key prefix" in capsys.readouterr().err
+    assert len(ArtifactCache(tmp_path).entries()) == 1
+
+
+def test_cache_write_error_falls_back_instead_of_crashing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def disk_full(self: ArtifactCache, entry: Any, staging: Path) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ArtifactCache, "commit", disk_full)
+    compiler = StaticKernelCompiler(tmp_path, builder=FileBuilder())
+    with caplog.at_level(logging.WARNING, logger="npu_static_kernel"):
+        assert compiler.compile_static(GM, [torch.ones(3), 2]) == GM.forward
+    assert "No space left on device" in caplog.text
+    assert compiler.counters.fallbacks == 1
+    assert not list((tmp_path / "static_kernel_cache" / "entries").iterdir())
+
+
+def test_listing_creates_nothing(tmp_path: Path) -> None:
+    StaticKernelCompiler(tmp_path, builder=FileBuilder(), strict=True).compile_static(
+        GM, [torch.ones(3), 2]
+    )
+    cache = ArtifactCache(tmp_path)
+    for lock in (cache.root / "locks").iterdir():
+        lock.unlink()
+    (cache.root / "locks").rmdir()
+    (cache.root / "index.json.lock").unlink(missing_ok=True)
+    assert len(cache.entries()) == 1
+    assert cli_main(["list", "--build-dir", str(tmp_path)]) == 0
+    assert not (cache.root / "locks").exists()
+    assert not (cache.root / "index.json.lock").exists()

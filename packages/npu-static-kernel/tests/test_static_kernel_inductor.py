@@ -176,7 +176,9 @@ def test_through_aot_autograd_like_the_backend(tmp_path: Path) -> None:
         )
 
     def model(x: torch.Tensor, w: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
-        y = x @ w
+        # The literal becomes a ``_tensor_constant0`` attribute of the AOT graph: a loaded
+        # artifact must still receive it (it used to fail with too few arguments).
+        y = x @ w + torch.tensor([1.0, 2.0, 3.0, 4.0])
         cache.add_(y)
         return torch.softmax(y, dim=-1)
 

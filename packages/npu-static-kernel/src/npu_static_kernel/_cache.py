@@ -218,8 +218,9 @@ class ArtifactCache:
         """Return every committed artifact, oldest first (index reconciled with the disk)."""
         if not self.root.is_dir():
             return []
-        with self._index_lock():
-            index = self._read_index()
+        # No lock: the index is only ever replaced whole (atomic rename), so listing works on a
+        # read-only cache and creates nothing.
+        index = self._read_index()
         found: dict[str, CacheEntry] = {}
         for key, data in index.items():
             if self.lookup(key) is not None and isinstance(data, dict):

@@ -100,7 +100,8 @@ def compute_key(gm: torch.fx.GraphModule, args: Sequence[Any], builder: StaticKe
     """Return the cache key of ``gm`` specialised for ``args`` by ``builder``.
 
     The key is a SHA-256 over the graph code and constants, every argument's dtype, shape,
-    stride and device type (ints by value), the torch and package versions, the device model,
+    stride and device type (with the index on CUDA-like devices, whose compiled code is bound
+    to it; ints by value), the torch and package versions, the device model,
     the deterministic-algorithms flag, the CPU thread count (CPU only), and the builder's name
     and :meth:`compute_hash`.
 
@@ -116,7 +117,8 @@ def compute_key(gm: torch.fx.GraphModule, args: Sequence[Any], builder: StaticKe
     inputs = []
     for arg in args:
         if isinstance(arg, torch.Tensor):
-            inputs.append([str(arg.dtype), list(arg.shape), list(arg.stride()), arg.device.type])
+            device = str(arg.device) if _per_device(arg.device.type) else arg.device.type
+            inputs.append([str(arg.dtype), list(arg.shape), list(arg.stride()), device])
         else:
             inputs.append([type(arg).__name__, repr(arg)])
     document = {
@@ -133,6 +135,17 @@ def compute_key(gm: torch.fx.GraphModule, args: Sequence[Any], builder: StaticKe
         "builder_hash": builder.compute_hash(),
     }
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def _per_device(device_type: str) -> bool:
+    """Whether an artifact for ``device_type`` is bound to the device index it was built on.
+
+    Inductor's generated code pins the index it compiled for (``_DeviceGuard(0)``, outputs
+    allocated on that device), so ``cuda:1`` must never load a ``cuda:0`` artifact: the index is
+    part of the key and every process builds or loads its own. CPU code has no index; Ascend
+    kernels are installed node-wide and aclnn selects them on any device of the node.
+    """
+    return device_type not in ("cpu", "npu", "meta")
 
 
 def _mutated_positions(gm: torch.fx.GraphModule) -> set[int]:
@@ -207,8 +220,9 @@ class StaticKernelCompiler:
 
     With ``torch.distributed`` initialised and more than one process, ``LOCAL_WORLD_SIZE`` must
     be set: local rank 0 of each node builds and installs while the node's other processes wait
-    at a barrier, then all load. Without it a :class:`StaticKernelDisabledWarning` is issued once
-    and graphs run without static kernels.
+    at a barrier, then all load (on CUDA, whose artifacts are bound to a device index, every
+    process builds or finds its own). Without it a :class:`StaticKernelDisabledWarning` is
+    issued once and graphs run without static kernels.
 
     Args:
         build_dir: Where op statistics (``aclnn_static_shape_kernel_outputs``) and the artifact
@@ -293,21 +307,38 @@ class StaticKernelCompiler:
             if loaded is not None:
                 return loaded
             protected = _protected_args(gm, args)
-            statistics = record_op_statistics(
-                gm,
-                *protected,
-                build_dir=self.build_dir,
-                supports=builder.supports_op,
-            )
-            self.counters.records += 1
-            self.last_statistics = statistics
-            request = BuildRequest(gm, args, statistics, key, device_type)
             failure: NpuStaticKernelError | None = None
-            if role.is_leader:
+            statistics: OpStatistics | None = None
+            try:
+                statistics = record_op_statistics(
+                    gm,
+                    *protected,
+                    build_dir=self.build_dir,
+                    supports=builder.supports_op,
+                )
+            except OSError as exc:
+                # Still meet the node's barrier below: the other processes wait there.
+                failure = CacheError(
+                    f"cannot write op statistics under {self.build_dir} ({exc}); pass a "
+                    "writable directory as the build directory"
+                )
+            else:
+                self.counters.records += 1
+                self.last_statistics = statistics
+            request = BuildRequest(gm, args, statistics, key, device_type)
+            # On CUDA every process has its own key (the device index is in it): each builds or
+            # finds its own artifact; elsewhere the node's leader does it for everyone.
+            if role.is_leader or _per_device(device_type):
                 try:
-                    self._build_or_find(request, builder)
+                    if failure is None:
+                        self._build_or_find(request, builder)
                 except NpuStaticKernelError as exc:
                     failure = exc
+                except OSError as exc:  # disk full, permissions: the cache could not be written
+                    failure = CacheError(
+                        f"cannot write the static kernel cache in {self.cache.root} ({exc}); free "
+                        "space or pass a writable build directory"
+                    )
                 finally:
                     role.barrier()
             else:
@@ -325,6 +356,22 @@ class StaticKernelCompiler:
                 )
             try:
                 fn = builder.load(path, request)
+            except CacheError as exc:
+                if role.local_world_size > 1:
+                    return self._fallback(gm, exc)
+                # Alone on the node: a damaged artifact (truncated copy, disk error) is replaced.
+                logger.warning(
+                    "discarding the unreadable artifact %s, building it again: %s", key[:12], exc
+                )
+                try:
+                    self.cache.remove(key)
+                    self._build_or_find(request, builder)
+                    path = self.cache.lookup(key)
+                    if path is None:
+                        raise exc
+                    fn = builder.load(path, request)
+                except NpuStaticKernelError as again:
+                    return self._fallback(gm, again)
             except NpuStaticKernelError as exc:
                 return self._fallback(gm, exc)
             if fn != gm.forward:

@@ -44,9 +44,10 @@ class InductorBuilder(StaticKernelBuilder):
         from torch._inductor import standalone_compile
 
         try:
+            portable, constants = _portable_copy(request.gm)
             artifact = standalone_compile(
-                _portable_copy(request.gm),
-                list(request.args),
+                portable,
+                [*request.args, *(_constant_values(request.gm, constants))],
                 dynamic_shapes="from_example_inputs",
                 options=dict(self.options),
                 donate_graph_module=True,
@@ -71,21 +72,63 @@ class InductorBuilder(StaticKernelBuilder):
                 f"cannot load the Inductor artifact {path} ({type(exc).__name__}: {exc}); "
                 f"remove it with `npu-static-kernel clean --key {request.key}` and run again"
             ) from exc
-        return _OutputAdapter(artifact, _output_kind(request.gm))
+        constants = _constant_values(request.gm, _tensor_constants(request.gm))
+        return _OutputAdapter(artifact, _output_kind(request.gm), constants)
 
 
-def _portable_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """Copy ``gm`` without node type annotations.
+def _portable_copy(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[str]]:
+    """Copy ``gm`` for ``standalone_compile``: tensor constants lifted to inputs, no type notes.
 
+    Tensor attributes (``get_attr``: the ``_tensor_constant0`` of a literal, buffers) become
+    trailing placeholders. Left as attributes, Inductor lifts them into inputs of the compiled
+    code too, but a saved and loaded ``CompiledArtifact`` no longer knows their values and fails
+    with too few arguments; passed explicitly, the loaded artifact gets them on every call.
     Graphs from ``make_fx`` annotate the return type with generated names that Inductor cannot
     serialise into an artifact; the annotations carry no information the compiler needs.
+
+    Returns:
+        The copy, and the attribute names of the lifted constants, in placeholder order.
     """
     graph = torch.fx.Graph()
-    result = graph.graph_copy(gm.graph, {})
-    graph.output(result)
+    remap: dict[torch.fx.Node, torch.fx.Node] = {}
+    nodes = list(gm.graph.nodes)
+    for node in nodes:
+        if node.op == "placeholder":
+            remap[node] = graph.node_copy(node, lambda n: remap[n])
+    constants = _tensor_constants(gm)
+    lifted = {
+        target: graph.placeholder(f"_static_kernel_constant_{i}")
+        for i, target in enumerate(constants)
+    }
+    for node in nodes:
+        if node.op == "get_attr" and str(node.target) in lifted:
+            remap[node] = lifted[str(node.target)]
+    for node in nodes:
+        if node not in remap:
+            remap[node] = graph.node_copy(node, lambda n: remap[n])
     for node in graph.nodes:
         node.type = None
-    return torch.fx.GraphModule(gm, graph)
+    return torch.fx.GraphModule(gm, graph), constants
+
+
+def _tensor_constants(gm: torch.fx.GraphModule) -> list[str]:
+    """Attribute names of the tensors ``gm`` reads with ``get_attr``, in first-use order."""
+    found: dict[str, None] = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and isinstance(_attribute(gm, str(node.target)), torch.Tensor):
+            found[str(node.target)] = None
+    return list(found)
+
+
+def _attribute(gm: torch.fx.GraphModule, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def _constant_values(gm: torch.fx.GraphModule, targets: list[str]) -> tuple[torch.Tensor, ...]:
+    return tuple(_attribute(gm, target) for target in targets)
 
 
 def _output_kind(gm: torch.fx.GraphModule) -> str:
@@ -104,12 +147,15 @@ def _output_kind(gm: torch.fx.GraphModule) -> str:
 class _OutputAdapter:
     """Call a compiled artifact and return outputs packed exactly like ``gm.forward``'s."""
 
-    def __init__(self, compiled: Callable[..., Any], kind: str) -> None:
+    def __init__(
+        self, compiled: Callable[..., Any], kind: str, constants: tuple[torch.Tensor, ...] = ()
+    ) -> None:
         self._compiled = compiled
         self._kind = kind
+        self._constants = constants
 
     def __call__(self, *args: Any) -> Any:
-        out = self._compiled(*args)
+        out = self._compiled(*args, *self._constants)
         if self._kind == "single":
             return out[0] if isinstance(out, (list, tuple)) and len(out) == 1 else out
         if self._kind == "tuple" and not isinstance(out, tuple):

@@ -44,7 +44,15 @@ def _list(args: argparse.Namespace) -> int:
 
 def _clean(args: argparse.Namespace) -> int:
     cache = ArtifactCache(args.build_dir)
-    if args.key:
+    if args.key is not None:
+        if not args.key.strip():
+            # An empty prefix (``--key "$UNSET"``) must not fall through to cleaning everything.
+            print(
+                "error: --key needs a key prefix; run `npu-static-kernel list` to see the keys, "
+                "or omit --key to remove every artifact",
+                file=sys.stderr,
+            )
+            return 2
         matches = [e.key for e in cache.entries() if e.key.startswith(args.key)]
         if len(matches) != 1:
             print(
