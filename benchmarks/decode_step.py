@@ -26,7 +26,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50, help="steps per timing round")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
-    run_all(Path(args.out), _device.best_device(args.device), steps=args.steps)
+    if args.steps < 1:
+        parser.error(f"--steps must be >= 1, got {args.steps}")
+    out = Path(args.out)
+    try:  # fail now, not after the benchmarks ran, when the JSON cannot be written
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        parser.error(f"--out {args.out}: cannot create it ({error.strerror})")
+    run_all(out, _device.best_device(args.device), steps=args.steps)
 
 
 if __name__ == "__main__":

@@ -323,3 +323,39 @@ def test_untraceable_graph_falls_back_with_its_reason(
     (record,) = [r for r in caplog.records if r.name == "npu_compile"]
     assert "unsupported op foo" in record.getMessage()
     assert len(backend.stats.fallbacks) == 1
+
+
+class _Broken(torch.nn.Module):
+    """A block with a graph break, called twice per forward: one FX graph replayed twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(4, 4)
+
+    def block(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        torch._dynamo.graph_break()
+        return y.relu() * 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x) + self.block(x + 1)
+
+
+def test_graph_break_block_called_twice_with_output_clone_matches_eager() -> None:
+    # README: outputs live in graph memory; with output clone a held result survives the second
+    # replay of its graph inside the same forward, and the overwrite check names the problem.
+    model = _Broken().eval()
+    config = CompilerConfig()
+    config.debug.aclgraph.enable_output_clone = True
+    compiled = torch.compile(model, backend=get_npu_backend(compiler_config=config))
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(compiled(x), model(x))
+    torch._dynamo.reset()
+    config = CompilerConfig()
+    config.debug.aclgraph.check_output_overwrite = True
+    compiled = torch.compile(model, backend=get_npu_backend(compiler_config=config))
+    with torch.no_grad(), pytest.raises(Exception, match="overwritten by a later replay"):
+        compiled(torch.randn(2, 4))

@@ -98,9 +98,59 @@ def test_bench_writes_json(
         ["bench", "--steps", "0"],
         ["doctor", "--device", "nonsense"],
         ["demo", "--device", "xpu"],  # a real device type that is not present here
+        ["demo", "--dim", "130"],  # not a multiple of the 4 heads: was a traceback in view()
+        ["diagnose", "--dim", "3"],
+        ["demo", "--tokens", "100000"],
     ],
 )
 def test_bad_arguments_exit_with_usage(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 2
+
+
+def test_bench_with_an_unwritable_out_dir_fails_before_benchmarking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ran: list[object] = []
+    monkeypatch.setattr(_bench, "run_all", lambda *args, **kwargs: ran.append(args))
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--steps", "1", "--device", "cpu", "--out", str(blocker / "results")])
+    assert info.value.code == 2
+    assert "--no-json" in capsys.readouterr().err
+    assert ran == []
+
+
+def test_demo_grows_the_kv_cache_for_long_generations(capsys: pytest.CaptureFixture[str]) -> None:
+    # 8 prompt tokens + 125 new ones do not fit the default 128-slot cache.
+    assert main(["demo", "--tokens", "125", "--quiet", "--device", "cpu", *SMALL]) == 0
+    assert "125 tokens" in capsys.readouterr().out
+
+
+def test_demo_fails_when_nothing_was_captured(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every FX graph falls back to eager: identical tokens would then prove nothing.
+    from npu_compile import backend
+
+    monkeypatch.setattr(backend, "_uncapturable_reason", lambda gm, inputs: "test says no")
+    assert main(["demo", "--tokens", "3", "--quiet", "--device", "cpu", *SMALL]) == 1
+    captured = capsys.readouterr()
+    assert "captured no graph" in captured.err
+    assert "test says no" in captured.out
+
+
+def test_decode_bench_flags_a_variant_that_fell_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from npu_compile import backend
+    from npu_compile._demo_model import DemoConfig
+
+    monkeypatch.setattr(backend, "_uncapturable_reason", lambda gm, inputs: "test says no")
+    report = _bench.decode_step_bench(
+        torch.device("cpu"), steps=1, config=DemoConfig(layers=1, dim=32)
+    )
+    ours = report.rows[1]
+    assert ours.name == "npu_compile reduce-overhead"
+    assert "NOT captured" in ours.note
+    assert "test says no" in ours.note

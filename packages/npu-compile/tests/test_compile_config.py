@@ -163,3 +163,16 @@ def test_npugraph_ex_unknown_and_wrong_options() -> None:
         CompilerConfig().with_options({"reuse_graph_pool_in_same_fx": "no"})
     with pytest.raises(ConfigError, match="static_capture_size_limit"):
         CompilerConfig().with_options({"capture_limit": -1})
+
+
+def test_pickle_round_trip_and_a_clear_error_for_pools() -> None:
+    config = CompilerConfig()
+    config.debug.aclgraph.clone_input = False
+    loaded = pickle.loads(pickle.dumps(config))
+    assert loaded == config
+    assert hash(loaded) == hash(config)
+    with pytest.raises(UnknownOptionError):
+        loaded.debug.aclgraph.clone_inptu = True  # still validated after loading
+    config.aclgraph_config.use_custom_pool = npu_mempool.graph_pool_handle("cpu")
+    with pytest.raises(TypeError, match=r"aclgraph_config\.use_custom_pool = None"):
+        pickle.dumps(config)

@@ -36,10 +36,16 @@ def test_eager_only() -> None:
     assert "reduce-overhead" not in str(report)
 
 
-@pytest.mark.parametrize(("steps", "warmup"), [(0, 1), (1, -1)])
+@pytest.mark.parametrize(("steps", "warmup"), [(0, 1), (1, -1), (2.5, 1), (2, 1.0)])
 def test_bad_step_counts(steps: int, warmup: int) -> None:
     with pytest.raises(ValueError, match="steps must be"):
         diagnose(lambda x: x, torch.randn(1), steps=steps, warmup=warmup)
+
+
+def test_fn_must_be_callable() -> None:
+    # A common slip: diagnose(x, model) instead of diagnose(model, x).
+    with pytest.raises(TypeError, match="fn must be the step"):
+        diagnose(torch.randn(2), torch.nn.Linear(2, 2))  # type: ignore[arg-type]
 
 
 def test_verdict_rule_and_accelerator_summary() -> None:

@@ -164,10 +164,13 @@ def _decode_step_bench(device: torch.device, steps: int, config: DemoConfig | No
             rows.append(BenchRow(name, None, f"failed: {type(error).__name__}: {error}"[:160]))
 
     measure("eager", model)
-    measure(
-        "npu_compile reduce-overhead",
-        torch.compile(model, backend=get_npu_backend(), dynamic=False),
-    )
+    backend = get_npu_backend()
+    measure("npu_compile reduce-overhead", torch.compile(model, backend=backend, dynamic=False))
+    # Read before the next measure's torch._dynamo.reset() clears the backend's statistics: a
+    # variant that fell back to eager must not pass for a captured one.
+    if rows[-1].us_per_call is not None and (backend.stats.fallbacks or not backend.stats.captured):
+        reasons = "; ".join(reason for _, reason in backend.stats.fallbacks) or "nothing captured"
+        rows[-1].note = f"NOT captured, ran eagerly: {reasons}"[:160]
     if device.type == "cuda":
         measure("torch cudagraphs", torch.compile(model, backend="cudagraphs", dynamic=False))
         measure(

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 import torch
 
 from npu_compile import _device
-from npu_compile._demo_model import DemoConfig, TinyDecoder, greedy_generate
+from npu_compile._demo_model import PROMPT_LENGTH, DemoConfig, TinyDecoder, greedy_generate
 from npu_compile.errors import DemoMismatchError
 
 __all__ = ["DemoResult", "run_demo"]
@@ -146,6 +146,13 @@ def run_demo(
     if tokens < 2:
         raise ValueError(f"tokens must be >= 2 (one prefill and one decode step), got {tokens}")
     device = device or _device.best_device()
+    max_seq = (config or DemoConfig()).max_seq
+    if PROMPT_LENGTH + tokens > max_seq:
+        # Checked before any work: otherwise the eager run would start and then fail.
+        raise ValueError(
+            f"prompt ({PROMPT_LENGTH}) + tokens ({tokens}) exceed the KV cache ({max_seq} "
+            f"slots); use fewer tokens or DemoConfig(max_seq={PROMPT_LENGTH + tokens})"
+        )
     model = TinyDecoder(config).to(device).eval()
     prompt = model.prompt()
     print_fn(
@@ -186,6 +193,8 @@ def _compare(
     compiled = torch.compile(model, backend=backend, dynamic=False)
     compiled_tokens, compiled_times = run("reduce-overhead", compiled)
     captures, replays, pool = _runner_totals(backend.stats.runners)
+    # Read now: torch._dynamo.reset() below resets the backend's statistics.
+    fallbacks = tuple(f"{name}: {reason}" for name, reason in backend.stats.fallbacks)
 
     # Host/Device Bound of one decode step (fixed position: the step can repeat).
     token = prompt[:, :1].contiguous()
@@ -204,7 +213,7 @@ def _compare(
         eager_verdict=report.eager.verdict,
         compiled_verdict=report.compiled.verdict if report.compiled else "-",
         identical=torch.equal(eager_tokens, compiled_tokens),
-        fallbacks=tuple(f"{name}: {reason}" for name, reason in backend.stats.fallbacks),
+        fallbacks=fallbacks,
     )
 
 

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["DemoConfig", "TinyDecoder", "greedy_generate"]
+__all__ = ["DemoConfig", "TinyDecoder", "greedy_generate", "PROMPT_LENGTH"]
+
+#: Length of the demo's built-in prompt (:meth:`TinyDecoder.prompt`).
+PROMPT_LENGTH = 8
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,17 @@ class DemoConfig:
     max_seq: int = 128
     batch: int = 1
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("vocab", "dim", "layers", "heads", "max_seq", "batch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"DemoConfig.{name} must be an int >= 1, got {value!r}")
+        if self.dim % self.heads:
+            raise ValueError(
+                f"DemoConfig.dim ({self.dim}) must be a multiple of heads ({self.heads}); "
+                f"try dim={max(self.heads, self.dim - self.dim % self.heads)}"
+            )
 
 
 class _Block(nn.Module):
@@ -123,7 +137,7 @@ class TinyDecoder(nn.Module):
             block.k_cache.zero_()
             block.v_cache.zero_()
 
-    def prompt(self, length: int = 8) -> torch.Tensor:
+    def prompt(self, length: int = PROMPT_LENGTH) -> torch.Tensor:
         """A deterministic random prompt of ``length`` tokens on the model's device."""
         generator = torch.Generator().manual_seed(self.config.seed + 1)
         tokens = torch.randint(

@@ -177,10 +177,23 @@ def diagnose(
         A :class:`DiagnoseReport`; ``print(report)`` gives a table and the verdict.
 
     Raises:
-        ValueError: ``steps`` or ``warmup`` is out of range.
+        ValueError: ``steps`` or ``warmup`` is not an int in range.
+        TypeError: ``fn`` is not callable.
     """
-    if steps < 1 or warmup < 0:
-        raise ValueError(f"steps must be >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+
+    def _is_int(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not (_is_int(steps) and _is_int(warmup)) or steps < 1 or warmup < 0:
+        raise ValueError(
+            f"steps must be an int >= 1 and warmup an int >= 0, got steps={steps!r}, "
+            f"warmup={warmup!r}"
+        )
+    if not callable(fn):
+        raise TypeError(
+            f"diagnose(fn, *inputs): fn must be the step to measure (a function or nn.Module), "
+            f"got {type(fn).__name__}"
+        )
     device = _device.device_of(*inputs)
     if isinstance(fn, torch.nn.Module) and not any(isinstance(x, torch.Tensor) for x in inputs):
         for tensor in _state_tensors(fn):

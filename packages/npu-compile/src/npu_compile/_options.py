@@ -260,6 +260,18 @@ class _Node:
             clone.set(relative, value)
         return clone
 
+    def __getstate__(self) -> dict[str, object]:
+        # A graph pool is process-local device memory; pickling it fails deep inside torch with
+        # an unrelated AttributeError, so say what to do instead.
+        for path, value in self.items():
+            if type(value).__name__ == "PoolHandle":
+                raise TypeError(
+                    f"cannot pickle a config whose {path} is set: a graph pool belongs to this "
+                    f"process. Pickle the config with {path} = None and set it again after "
+                    "loading (npu_mempool.graph_pool_handle(device))"
+                )
+        return dict(self.__dict__)
+
     def __copy__(self: G) -> G:
         return self.copy()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +13,8 @@ from npu_compile._version import __version__
 
 __all__ = ["main"]
 
+# Longest --tokens of `demo`: the KV cache grows with it (layers x 2 x max_seq x dim floats).
+_MAX_TOKENS = 4096
 _SIBLINGS = ("npu-streams", "npu-mempool", "npu-static-kernel", "npu-graph-export")
 
 
@@ -60,9 +63,11 @@ def _doctor(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from npu_compile import _device
     from npu_compile._demo import run_demo
-    from npu_compile._demo_model import DemoConfig
+    from npu_compile._demo_model import PROMPT_LENGTH, DemoConfig
 
-    config = DemoConfig(layers=args.layers, dim=args.dim)
+    # The KV cache grows to fit long generations (validated against _MAX_TOKENS in main).
+    max_seq = max(DemoConfig.max_seq, PROMPT_LENGTH + args.tokens)
+    config = DemoConfig(layers=args.layers, dim=args.dim, max_seq=max_seq)
     result = run_demo(
         tokens=args.tokens,
         device=_device.best_device(args.device),
@@ -74,6 +79,14 @@ def _demo(args: argparse.Namespace) -> int:
         print(
             "error: reduce-overhead generated different tokens than eager; rerun with "
             "config.debug.run_eagerly = True to tell a capture problem from a tracing one",
+            file=sys.stderr,
+        )
+        return 1
+    if result.graphs_captured == 0:
+        # Every FX graph fell back to eager: identical tokens would compare eager with eager.
+        print(
+            "error: reduce-overhead captured no graph (see the fallback lines above), so the "
+            "comparison with eager proves nothing",
             file=sys.stderr,
         )
         return 1
@@ -160,6 +173,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         low = 2 if name == "tokens" else 1
         if value is not None and value < low:
             parser.error(f"--{name} must be >= {low}, got {value}")
+    if getattr(args, "tokens", 0) > _MAX_TOKENS:
+        parser.error(f"--tokens must be <= {_MAX_TOKENS}, got {args.tokens}")
+    if getattr(args, "dim", None) is not None:
+        from npu_compile._demo_model import DemoConfig
+
+        try:
+            DemoConfig(layers=args.layers, dim=args.dim)
+        except ValueError as error:
+            parser.error(f"--dim/--layers: {error}")
+    if args.command == "bench" and not args.no_json:
+        # Fail now, not after minutes of benchmarking, when the JSON cannot be written.
+        out = Path(args.out)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            parser.error(
+                f"--out {args.out}: cannot create it ({error.strerror}); pass another "
+                "directory or --no-json"
+            )
+        if not os.access(out, os.W_OK):
+            parser.error(f"--out {args.out} is not writable; pass another directory or --no-json")
     if args.device is not None:
         import torch
 
