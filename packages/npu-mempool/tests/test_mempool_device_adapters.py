@@ -313,3 +313,75 @@ def test_cuda_picks_accelerator_graph_only_where_torch_has_it(
         assert _device.graph_implementation("cuda:0") == "torch.cuda.CUDAGraph"
     finally:
         _device.backend_for.cache_clear()
+
+
+def test_the_empty_checkpoint_capture_does_not_warn(
+    fake_npu: FakeTorchNpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch warns "The CUDA Graph is empty" at the end of a capture that recorded nothing; the
+    # checkpoint capture is empty by design and must not surface it (warnings are errors here).
+    ran: list[bool] = []
+    capture = fake_npu.module.npu.graph  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
+    def warning_graph(g: FakeGraph, pool: Any = None, stream: Any = None) -> Iterator[None]:
+        before = len(ran)
+        with capture(g, pool=pool, stream=stream):
+            yield
+        if len(ran) == before:
+            import warnings
+
+            warnings.warn(
+                "The NPU Graph is empty. This usually means that the graph was attempted to be "
+                "captured on wrong device or stream.",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    monkeypatch.setattr(fake_npu.module.npu, "graph", warning_graph)  # type: ignore[attr-defined]
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        ran.append(True)
+        return x * 2
+
+    runner = GraphRunner(fn, options=CaptureOptions(strict=True))
+    runner(torch.ones(4))
+    assert runner.counters.captures == 1
+    assert fake_npu.calls("get") == [("get", 0, (7, 0))]
+
+
+def test_a_pool_named_without_an_index_checkpoints_the_current_device(
+    fake_npu: FakeTorchNpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 1)
+    runner = GraphRunner(lambda x: x * 2)
+    runner(torch.ones(4))
+    assert fake_npu.calls("get") == [("get", 1, (7, 0))]
+
+
+def test_library_workspaces_are_dropped_around_each_capture(
+    fake_npu: FakeTorchNpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cuBLAS workspace allocated during a capture would stay allocated in the graph pool and
+    # make every later rewind refuse (mode 2 silently off); CUDA Graph Trees drop them too.
+    events: list[str] = []
+    monkeypatch.setattr(_device._Npu, "drop_library_workspaces", lambda self: events.append("drop"))
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        events.append("body")
+        return x * 2
+
+    runner = GraphRunner(fn)
+    runner(torch.ones(4))
+    runner(torch.ones(5))
+    assert events == ["drop", "body", "drop"] * 2
+
+
+def test_cuda_drops_the_cublas_workspaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[bool] = []
+    monkeypatch.setattr(
+        torch._C, "_cuda_clearCublasWorkspaces", lambda: calls.append(True), raising=False
+    )
+    _device._Cuda().drop_library_workspaces()
+    assert calls == [True]

@@ -202,6 +202,17 @@ def test_mode3_off_captures_the_first_tensor_and_overwrites_it() -> None:
     assert runner(x).tolist() == [10, 10, 10]  # same tensor: no copy needed
 
 
+@pytest.mark.parametrize("reuse", [True, False])
+def test_mode3_off_with_an_expanded_first_input_still_takes_new_inputs(reuse: bool) -> None:
+    options = CaptureOptions(clone_input=False, reuse_pool_across_shapes=reuse)
+    runner = GraphRunner(lambda x: x + 1, options=options)
+    base = torch.ones(1)
+    assert runner(base.expand(3)).tolist() == [2, 2, 2]
+    assert runner(torch.arange(3.0)).tolist() == [1, 2, 3]
+    assert base.tolist() == [1]  # nothing was copied into the caller's expanded tensor
+    assert runner(torch.zeros(1).expand(3)).tolist() == [1, 1, 1]
+
+
 def test_mode3_buffers_count_in_pool_bytes() -> None:
     with_clone = GraphRunner(double)
     without = GraphRunner(double, options=CaptureOptions(clone_input=False))
@@ -225,3 +236,56 @@ def test_check_output_overwrite_flags_outputs_of_freed_graphs() -> None:
     cache_runner(torch.ones(2), torch.zeros(2))  # a new cache address: recapture frees b's graph
     with pytest.raises(StaleOutputError):
         b.sum()
+
+
+def test_check_output_overwrite_flags_outputs_of_graphs_captured_after_the_replayed_one() -> None:
+    # On a device a later capture may place its outputs on memory an earlier graph of the same
+    # pool freed at the end of its capture, so replaying the earlier graph can overwrite them.
+    options = CaptureOptions(check_output_overwrite=True, reuse_pool_across_shapes=False)
+    runner = GraphRunner(double, options=options)
+    runner(torch.full((4,), 1.0))
+    b = runner(torch.full((2,), 5.0))
+    runner(torch.full((4,), 1.0))
+    with pytest.raises(StaleOutputError):
+        b.tolist()
+
+
+def test_check_output_overwrite_sees_replays_of_another_runner_in_a_mode1_pool() -> None:
+    options = CaptureOptions(pool=graph_pool_handle("cpu"), check_output_overwrite=True)
+    first = GraphRunner(double, options=options)
+    second = GraphRunner(lambda x: x + 1, options=options)
+    a = first(torch.ones(4))
+    b = second(torch.ones(4))
+    first(torch.ones(4))  # captured before `second`: may overwrite its outputs
+    with pytest.raises(StaleOutputError):
+        b.tolist()
+    c = first(torch.ones(4))
+    second(torch.ones(4))  # captured after `first`: cannot reach memory `first` holds
+    assert c.tolist() == [2, 2, 2, 2]
+    with pytest.raises(StaleOutputError):
+        a.tolist()  # replayed over by `first` itself
+
+
+def test_outputs_that_are_views_of_each_other_stay_views_across_replays() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        y = x * 2
+        return y, y[0], y.t()
+
+    runner = GraphRunner(fn)
+    runner(torch.ones(2, 3))
+    x = torch.arange(6.0).reshape(2, 3)
+    out = runner(x)
+    for got, want in zip(out, fn(x), strict=True):
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
+    out[1].fill_(-1)  # as on a device: one pool allocation behind the three views
+    assert out[0][0].tolist() == [-1, -1, -1]
+    assert out[2][:, 0].tolist() == [-1, -1, -1]
+
+
+def test_a_transposed_output_keeps_its_strides() -> None:
+    runner = GraphRunner(lambda x: (x @ x).t())
+    runner(torch.ones(3, 3))
+    out = runner(torch.eye(3))
+    assert out.stride() == (1, 3)
+    torch.testing.assert_close(out, torch.eye(3))

@@ -51,7 +51,8 @@ def test_key_includes_int_arguments_and_one_graph_per_key() -> None:
         assert runner(x, 2).tolist() == [2, 2, 2]
         assert runner(x, 3).tolist() == [3, 3, 3]
     assert runner.num_graphs == 2
-    assert runner.graph_keys == ((torch.Size([3]), 2), (torch.Size([3]), 3))
+    size, f32 = torch.Size([3]), torch.float32
+    assert runner.graph_keys == ((2, size, f32, 2, int), (2, size, f32, 3, int))
 
 
 def test_container_types_and_constants_are_kept() -> None:
@@ -224,7 +225,7 @@ def test_specialize_is_called_once_per_new_key() -> None:
     assert runner(torch.ones(2)).tolist() == [10, 10]
     runner(torch.ones(2))
     runner(torch.ones(3))
-    assert seen == [torch.Size([2]), torch.Size([3])]
+    assert seen == [(1, torch.Size([2]), torch.float32), (1, torch.Size([3]), torch.float32)]
 
 
 def test_warmup_runs_are_eager_then_the_key_is_captured() -> None:
@@ -317,3 +318,76 @@ def test_runner_is_function_like_for_wrappers_that_read_its_name() -> None:
     assert runner.__name__ == "decode_step"
     assert runner.__qualname__ == "decode_step"
     assert GraphRunner(mlp).__name__ == "mlp"
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int64])
+def test_a_dtype_change_with_the_same_shape_captures_its_own_graph(dtype: torch.dtype) -> None:
+    runner = GraphRunner(lambda x: x * 3)
+    runner(torch.ones(4))
+    x = torch.arange(4).to(dtype)
+    out = runner(x)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, x * 3)
+    assert runner.num_graphs == 2
+
+
+def test_an_extra_argument_is_a_layout_error_not_ignored() -> None:
+    runner = GraphRunner(lambda *xs: sum(xs))
+    runner(torch.ones(2))
+    with pytest.raises(InputLayoutError, match="first called with 1 argument"):
+        runner(torch.ones(2), torch.ones(2))
+
+
+def test_equal_values_of_other_types_get_their_own_graph() -> None:
+    runner = GraphRunner(lambda x, s: x * s)
+    x = torch.arange(3)
+    assert runner(x, 1).dtype == torch.int64
+    out = runner(x, 1.0)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, x * 1.0)
+
+
+def test_a_tensor_where_a_value_was_is_a_layout_error() -> None:
+    runner = GraphRunner(lambda x, s: x * s)
+    runner(torch.ones(2), 2)
+    with pytest.raises(InputLayoutError, match="hashable values elsewhere"):
+        runner(torch.ones(2), torch.ones(2))
+    assert runner.num_graphs == 1
+
+
+def test_a_mutated_input_seen_through_other_strides_is_not_replayed() -> None:
+    def accumulate(cache: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        cache.add_(x)
+        return cache.sum(0)
+
+    runner = GraphRunner(accumulate, input_kinds=[M, U])
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    cache, expected = torch.zeros(2, 2), torch.zeros(2, 2)
+    runner(cache, x)
+    cache.zero_()
+    out = runner(cache.t(), x)  # same address and shape, transposed
+    torch.testing.assert_close(out, accumulate(expected.t(), x))
+    torch.testing.assert_close(cache, expected)
+
+
+def test_a_failed_capture_for_a_new_parameter_set_frees_the_key_s_graphs() -> None:
+    w1, w2, w3 = torch.full((3,), 2.0), torch.full((3,), 3.0), torch.full((3,), 4.0)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if w is w3 and not torch.is_grad_enabled():  # captures run without autograd
+            raise RuntimeError("not capturable")
+        return x * w
+
+    runner = GraphRunner(fn, input_kinds=[U, P], options=CaptureOptions(capture_limit=3))
+    x = torch.ones(3)
+    runner(x, w1)
+    runner(x, w2)  # a second graph for the key, the first kept as a variant
+    assert runner.num_graphs == 2
+    assert runner(x, w3).tolist() == [4, 4, 4]  # the capture fails: eager from now on
+    assert runner.num_graphs == 0
+    assert runner(x, w1).tolist() == [2, 2, 2]
+
+
+def test_input_kinds_that_are_not_input_kind_members_are_refused() -> None:
+    with pytest.raises(InputLayoutError, match="InputKind members, got 'user'"):
+        GraphRunner(lambda x: x + 1, input_kinds=["user"])  # type: ignore[list-item]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Protocol
@@ -78,6 +79,11 @@ class GraphBackend(Protocol):
         """
 
 
+def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole storage behind ``tensor`` as a flat uint8 tensor (no copy)."""
+    return torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage())
+
+
 def _pick(indices: list[int]) -> Callable[[Any], tuple[Any, ...]]:
     if len(indices) == 1:
         (only,) = indices
@@ -95,11 +101,22 @@ class _EmulatedGraph:
         pick: Callable[[Sequence[Any]], Any] | None,
         pool: PoolHandle,
         blocks: list[int],
+        shared: Sequence[tuple[torch.Tensor, int]] = (),
     ) -> None:
         # One closure per graph: the emulated replay is the CPU hot path, so the re-run and
         # the batched copy into the static outputs are bound once here, not looked up per call.
         run: Callable[[], object] = rerun
-        if pick is not None:
+        if shared:
+            # Outputs that are views of one storage: its bytes are copied whole, views kept.
+            def run() -> None:
+                out = rerun()
+                if pick is not None:
+                    torch._foreach_copy_(dst, pick(out))
+                for base, index in shared:
+                    source = _bytes_of(out[index])
+                    base[: source.numel()].copy_(source)
+
+        elif pick is not None:
 
             def run() -> None:
                 torch._foreach_copy_(dst, pick(rerun()))
@@ -159,20 +176,46 @@ class EmulatedBackend:
             dst: list[torch.Tensor] = []
             src: list[int] = []
             seen: dict[int, torch.Tensor] = {}
+            # Distinct output tensors per storage: views of one another share a static storage,
+            # as on a device, where they are views into one pool allocation.
+            by_storage: dict[int, set[int]] = {}
+            for leaf in leaves:
+                if isinstance(leaf, torch.Tensor):
+                    by_storage.setdefault(leaf.untyped_storage()._cdata, set()).add(id(leaf))
+            shared: list[tuple[torch.Tensor, int]] = []
+            bases: dict[int, torch.Tensor] = {}
             for i, leaf in enumerate(leaves):
                 if not isinstance(leaf, torch.Tensor) or leaf.untyped_storage()._cdata in aliased:
                     continue
                 if id(leaf) in seen:  # the same tensor returned twice stays one buffer
                     static[i] = seen[id(leaf)]
                     continue
-                block, buffer = arena.empty(leaf.shape, leaf.dtype)
+                storage = leaf.untyped_storage()
+                if len(by_storage[storage._cdata]) > 1:
+                    base = bases.get(storage._cdata)
+                    if base is None:
+                        block, base = arena.empty(torch.Size([storage.nbytes()]), torch.uint8)
+                        blocks.append(block)
+                        base.copy_(_bytes_of(leaf))
+                        bases[storage._cdata] = base
+                        shared.append((base, i))
+                    buffer = torch.empty(0, dtype=leaf.dtype)
+                    start = base.storage_offset() // leaf.element_size() + leaf.storage_offset()
+                    buffer.set_(arena.storage, start, leaf.shape, leaf.stride())
+                    seen[id(leaf)] = static[i] = buffer
+                    continue
+                # Strides as a device output would have them (those of empty_like: the
+                # layout of a dense result, a transposed one stays transposed).
+                layout = torch.empty_like(leaf, device="meta").stride()
+                block, buffer = arena.empty(leaf.shape, leaf.dtype, layout)
                 blocks.append(block)
                 buffer.copy_(leaf)
                 seen[id(leaf)] = buffer
                 static[i] = buffer
                 dst.append(buffer)
                 src.append(i)
-        return _EmulatedGraph(rerun, dst, _pick(src) if src else None, pool, blocks), static
+        graph = _EmulatedGraph(rerun, dst, _pick(src) if src else None, pool, blocks, shared)
+        return graph, static
 
     def checkpoint(self, pool: PoolHandle) -> bool:
         assert pool._arena is not None
@@ -199,6 +242,7 @@ class _Family(Protocol):
     def set_state(self, index: int, state: Any, stale: list[int]) -> None: ...
     def live_allocations_are(self, index: int, pool_id: Any, ptrs: set[int]) -> bool | None: ...
     def has_checkpoint_hooks(self) -> bool: ...
+    def drop_library_workspaces(self) -> None: ...
     def legacy_graph(self) -> Any: ...
     def legacy_context(self, graph: Any, pool_id: Any, stream: Any) -> Any: ...
 
@@ -232,6 +276,16 @@ class _Cuda:
         return hasattr(torch._C, "_cuda_getCheckpointState") and hasattr(
             torch._C, "_cuda_setCheckpointPoolState"
         )
+
+    def drop_library_workspaces(self) -> None:
+        # cuBLAS keeps one workspace per (handle, stream), allocated on first use: during a
+        # capture it comes from the graph pool and stays allocated there for good, so the pool
+        # holds memory no graph output owns and can never be rewound (mode 2 off). Dropping the
+        # cache around captures, as CUDA Graph Trees do, makes the workspace an ordinary
+        # intermediate of the graph that captured it.
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
 
     def legacy_graph(self) -> Any:
         return torch.cuda.CUDAGraph()
@@ -274,6 +328,9 @@ class _Npu:
     def has_checkpoint_hooks(self) -> bool:
         c = getattr(_torch_npu(), "_C", None)
         return hasattr(c, "_npu_getCheckpointState") and hasattr(c, "_npu_setCheckpointPoolState")
+
+    def drop_library_workspaces(self) -> None:
+        return None  # torch_npu exposes no such cache to drop
 
     def legacy_graph(self) -> Any:
         return _torch_npu().npu.NPUGraph()
@@ -338,8 +395,12 @@ class DeviceBackend:
             # Allocated inside the capture, hence from the graph pool; filled before each replay.
             return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
-        with torch.no_grad(), self._capturing(pool, made):
-            leaves, _rerun, _inputs = body(static_like)
+        self._family.drop_library_workspaces()
+        try:
+            with torch.no_grad(), self._capturing(pool, made):
+                leaves, _rerun, _inputs = body(static_like)
+        finally:
+            self._family.drop_library_workspaces()
         self._measure(pool, before)
         return _DeviceGraph(made[0]), leaves
 
@@ -365,8 +426,13 @@ class DeviceBackend:
         # runner's graphs, and the state after it is the rewind target.
         made: list[Any] = []
         before = self._family.reserved(pool.device)
-        with self._capturing(pool, made):
-            pass
+        with warnings.catch_warnings():
+            # The capture is empty on purpose; torch warns about every empty capture ("The CUDA
+            # Graph is empty ...", raised as an error where warnings are errors), as it does for
+            # the one CUDA Graph Trees makes when it starts.
+            warnings.filterwarnings("ignore", r"The \w+ Graph is empty", UserWarning)
+            with self._capturing(pool, made):
+                pass
         pool._keepalive.extend(made)
         self._measure(pool, before)
         pool._checkpoint = self._family.get_state(_index(pool.device), pool._native)
@@ -388,9 +454,14 @@ class DeviceBackend:
 
 
 def _index(device: torch.device) -> int:
-    # A device named without an index ("cuda") means the first one: index None.
+    # A device named without an index ("cuda", as in graph_pool_handle("cuda")) means the
+    # current one, as for the pool's capture stream: not always the first.
     index: int | None = device.index
-    return 0 if index is None else index
+    if index is not None:
+        return index
+    if torch.accelerator.is_available():
+        return int(torch.accelerator.current_device_index())
+    return 0
 
 
 def has_accelerator_graph() -> bool:

@@ -50,7 +50,9 @@ class CaptureOptions:
         clone_input: Mode 3 (``debug.aclgraph.clone_input``). User inputs are copied into buffers
             allocated from the graph pool with one batched copy per call. When ``False`` the first
             tensor passed at capture is itself captured, and a later call with another tensor
-            copies that tensor's data *into the first tensor*, overwriting it.
+            copies that tensor's data *into the first tensor*, overwriting it. A first tensor
+            whose elements share memory (an expanded tensor) cannot take a copy and gets a pool
+            buffer as with ``True``.
         clone_output: ``debug.aclgraph.enable_output_clone``. Return clones of the outputs so that a
             caller can hold them across later calls, at the cost of one allocation and copy per
             output per call.

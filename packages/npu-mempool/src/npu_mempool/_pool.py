@@ -65,20 +65,28 @@ class _Arena:
     def rewind(self, state: dict[int, tuple[int, int]]) -> None:
         self._blocks = dict(state)
 
-    def empty(self, shape: torch.Size, dtype: torch.dtype) -> tuple[int, torch.Tensor]:
-        """A contiguous tensor carved from the arena; returns ``(block id, tensor)``."""
+    def empty(
+        self, shape: torch.Size, dtype: torch.dtype, stride: tuple[int, ...] | None = None
+    ) -> tuple[int, torch.Tensor]:
+        """A tensor carved from the arena; returns ``(block id, tensor)``.
+
+        Contiguous unless ``stride`` is given, which must describe a dense, non-overlapping
+        layout of ``shape`` (a permutation of the contiguous strides).
+        """
         itemsize = torch.empty((), dtype=dtype).element_size()
         numel = 1
         for dim in shape:
             numel *= dim
         block, offset = self.allocate(numel * itemsize)
-        strides: list[int] = []
-        step = 1
-        for dim in reversed(shape):
-            strides.append(step)
-            step *= max(dim, 1)
+        if stride is None:
+            strides: list[int] = []
+            step = 1
+            for dim in reversed(shape):
+                strides.append(step)
+                step *= max(dim, 1)
+            stride = tuple(reversed(strides))
         tensor = torch.empty(0, dtype=dtype)
-        tensor.set_(self.storage, offset // itemsize, shape, tuple(reversed(strides)))
+        tensor.set_(self.storage, offset // itemsize, shape, stride)
         return block, tensor
 
 
@@ -107,6 +115,9 @@ class PoolHandle:
         # allocator still owns, which a rewind must neutralise.
         self._checkpoint: Any = None
         self._owned: list[torch.Tensor] = []
+        # check_output_overwrite without rewinds: the replay counters of the pool's graphs in
+        # capture order (a replay makes outputs of graphs captured after it stale).
+        self._captured: list[Any] = []
         _LIVE_POOLS.add(self)
 
     @property

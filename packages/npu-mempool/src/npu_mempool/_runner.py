@@ -7,7 +7,7 @@ import logging
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Sequence
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any
 
 import torch
@@ -24,7 +24,6 @@ __all__ = ["GraphRunner"]
 
 log = logging.getLogger("npu_mempool")
 
-_SHAPE = attrgetter("shape")
 _DATA_PTR = torch.Tensor.data_ptr
 _MISS = object()  # returned by an entry whose address guard failed
 _NO_KEY = object()  # key of every call before the argument layout is known
@@ -64,22 +63,28 @@ class _Layout:
 
     def _key_function(self) -> Callable[[tuple[Any, ...]], Hashable]:
         # Parameter shapes cannot change without their address changing, so only user and
-        # mutated inputs (and non-tensor values such as SymInts) make up the key.
-        keyed = sorted(self.user + self.mutated)
-        shaped = _pick(keyed)
-        scalars = _pick(self.scalars)
-        if not self.scalars:
-            # The key is built on every call: the common arities skip map/tuple machinery.
-            if len(keyed) == 1:
-                (only,) = keyed
-                return lambda args: args[only].shape
-            if len(keyed) == 2:
-                first, second = keyed
-                return lambda args: (args[first].shape, args[second].shape)
-            return lambda args: tuple(map(_SHAPE, shaped(args)))
-        if not self.user and not self.mutated:
-            return scalars
-        return lambda args: (*map(_SHAPE, shaped(args)), *scalars(args))
+        # mutated inputs (and non-tensor values such as SymInts) make up the key. A graph is
+        # only valid for the dtypes it was captured with, and the batched input copy would
+        # silently cast another dtype into the static buffer, so dtypes are part of the key. A
+        # mutated input is used in place: the same address seen through other strides (a
+        # transposed view) needs its own graph. The argument count is part of the key so that
+        # an extra argument is never silently ignored, and the types of non-tensor values too:
+        # ``1``, ``1.0`` and ``True`` compare equal but do not give the same graph.
+        # Generated once per runner: a flat tuple expression, the cheapest key Python can build
+        # (about as fast as the shape alone; map/unpacking over pickers costs several times more).
+        mutated = set(self.mutated)
+        parts = ["len(a)"]
+        for i in sorted(self.user + self.mutated):
+            parts += [f"a[{i}].shape", f"a[{i}].dtype"]
+            if i in mutated:
+                parts.append(f"a[{i}].stride()")
+        for i in self.scalars:
+            parts += [f"a[{i}]", f"type(a[{i}])"]
+        # The source is built from integer indices only: nothing user-controlled is evaluated.
+        key: Callable[[tuple[Any, ...]], Hashable] = eval(
+            f"lambda a: ({', '.join(parts)},)", {"len": len, "type": type}
+        )
+        return key
 
 
 class _Output:
@@ -136,10 +141,12 @@ class _Entry:
 class GraphRunner:
     """Capture a callable into device graphs, one per graph key, and replay them.
 
-    The graph key is made of the shapes of the USER and MUTATED tensor arguments and the values of
-    the non-tensor arguments (SymInt values). A call looks its key up in one dict; a hit copies
-    the user inputs into the static buffers with one batched ``torch._foreach_copy_`` and replays
-    the graph; a miss captures a new graph (rewinding the pool first in mode 2).
+    The graph key is made of the number of arguments, the shapes and dtypes of the USER and
+    MUTATED tensor arguments (and the strides of MUTATED ones, which are used in place), and the
+    values and types of the non-tensor arguments (SymInt values). A call looks its key up in one
+    dict; a hit copies the user inputs into the static buffers with one batched
+    ``torch._foreach_copy_`` and replays the graph; a miss captures a new graph (rewinding the
+    pool first in mode 2).
 
     Args:
         fn: The callable to capture, e.g. ``gm.forward`` of an FX graph. It returns a tensor, or a
@@ -168,6 +175,15 @@ class GraphRunner:
     ) -> None:
         self._fn = fn
         self._kinds = tuple(input_kinds) if input_kinds is not None else None
+        given: tuple[object, ...] = self._kinds or ()  # typed loosely: callers pass anything
+        wrong = [k for k in given if not isinstance(k, InputKind)]
+        if wrong:
+            # Anything else (a string such as "user") would match no class: the tensor would be
+            # neither copied nor keyed, and every call would replay the first call's values.
+            raise InputLayoutError(
+                f"input_kinds must hold InputKind members, got {wrong[0]!r}; pass "
+                "InputKind.USER, InputKind.PARAMETER or InputKind.MUTATED per positional argument"
+            )
         self._options = options
         self._specialize = specialize
         self.name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
@@ -260,6 +276,13 @@ class GraphRunner:
             hash(key)
         except (AttributeError, IndexError, TypeError) as exc:
             raise self._layout_error(args) from exc
+        layout = self._layout
+        if len(args) != layout.count or any(
+            isinstance(args[i], torch.Tensor) for i in layout.scalars
+        ):
+            # A tensor where a value was would key a graph on the tensor's identity: one capture
+            # per call until the limit. A different argument count is another signature.
+            raise self._layout_error(args)
         old = self._entries.get(key)
         reason = None
         if old is not None:
@@ -361,10 +384,16 @@ class GraphRunner:
                 "data-dependent shapes, CPU work) or drop strict=True to run such keys eagerly."
             ) from exc
         log.warning("%s; this key runs eagerly from now on", message)
+        # A failed recapture: the key runs eagerly for every parameter set from now on, so its
+        # graphs (the active one and those kept for other parameter addresses) must not linger,
+        # holding memory and counting toward capture_limit.
+        stale = self._variants.pop(key, [])
         old = self._entries.pop(key, None)
-        if old is not None:  # a failed recapture: the stale graph must not linger
-            old.epoch.value += 1
-            old.graph.reset()
+        if old is not None:
+            stale.append(old)
+        for entry in stale:
+            entry.epoch.value += 1
+            entry.graph.reset()
         self.counters.fallbacks += 1
         counters.fallbacks += 1
         self._graphs[key] = _eager(self._fn, self.counters)
@@ -437,8 +466,11 @@ class GraphRunner:
         structure: list[_Output] = []
 
         def body(static_like: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-            if options.clone_input:
-                for i in layout.user:
+            for i in layout.user:
+                # Without clone_input the caller's tensor is captured and later inputs are copied
+                # into it, which is impossible where its elements share memory (an expanded
+                # tensor): such an input gets a pool buffer as with clone_input.
+                if options.clone_input or torch._debug_has_internal_overlap(args[i]) == 1:
                     static_args[i] = static_like(args[i])
             out = fn(*static_args)
             shape = _Output(out)
@@ -455,9 +487,7 @@ class GraphRunner:
         shape = structure[0]
 
         caller_storages = {
-            args[i].untyped_storage()._cdata
-            for i in layout.tensors
-            if not (options.clone_input and i in layout.user)
+            args[i].untyped_storage()._cdata for i in layout.tensors if static_args[i] is args[i]
         }
         # Outputs in pool memory: they are what a later replay can overwrite.
         owned = [
@@ -466,15 +496,22 @@ class GraphRunner:
         ]
         if self._rewinds:
             pool._owned.extend(t for t, mine in zip(static_leaves, owned, strict=True) if mine)
-            if options.clone_input:
-                pool._owned.extend(static_args[i] for i in layout.user)
+            pool._owned.extend(static_args[i] for i in layout.user if static_args[i] is not args[i])
 
         ptrs = tuple(map(_DATA_PTR, (args[i] for i in layout.watched)))
         # Decided by the option, not by whether rewinding still works: once the pool was rewound,
         # later graphs may land on memory of earlier ones even without further rewinds.
         epoch = self._epoch if self._options.rewinds_pool else Epoch()
+        # Without rewinds, graphs still share the pool (the runner's own, or the custom pool of
+        # mode 1 with other runners): a later capture may place its outputs on memory an earlier
+        # graph freed at the end of its capture (its intermediates), so replaying the earlier
+        # graph overwrites them. The check marks outputs of every graph captured since as stale.
+        captured, start = [epoch], 0
+        if options.check_output_overwrite and not self._options.rewinds_pool:
+            captured, start = pool._captured, len(pool._captured)
+            captured.append(epoch)
         entry = _Entry(key, graph, ptrs, epoch)
-        self._build_run(entry, shape, static_leaves, owned, static_args, epoch)
+        self._build_run(entry, shape, static_leaves, owned, static_args, captured, start)
         return entry
 
     def _build_run(
@@ -484,12 +521,14 @@ class GraphRunner:
         static_leaves: list[Any],
         owned: list[bool],
         static_args: list[Any],
-        epoch: Epoch,
+        captured: list[Epoch],
+        start: int,
     ) -> None:
         """Prepare everything the replay path needs, so a call only copies, replays, returns."""
         layout = self._layout
         assert layout is not None
         options = self._options
+        epoch = entry.epoch
         replay = entry.graph.replay
         mine = self.counters
         total = counters
@@ -519,7 +558,10 @@ class GraphRunner:
 
             def finish() -> Any:
                 if check:
-                    epoch.value += 1  # every output handed out before this call is now stale
+                    # Every output handed out before this call is now stale, and so are those of
+                    # graphs captured later into this pool (see _capture).
+                    for stale in itertools.islice(captured, start, None):
+                        stale.value += 1
                 return build([leaf if f is None else f(leaf) for leaf, f in pairs])
 
         elif shape.kind == "list":
