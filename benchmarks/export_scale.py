@@ -140,7 +140,14 @@ def main() -> None:
     parser.add_argument("--sizes", default="64x2,128x4,256x4,512x8", help="DIMxLAYERS,...")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
-    sizes = [tuple(int(v) for v in item.split("x")) for item in args.sizes.split(",")]
+    try:
+        sizes = [(int(d), int(n)) for d, n in (item.split("x") for item in args.sizes.split(","))]
+    except ValueError:
+        parser.error(f"--sizes wants DIMxLAYERS,... (such as 64x2,128x4), got {args.sizes!r}")
+    for dim, layers in sizes:
+        heads = max(dim // 32, 1)  # as Decoder chooses
+        if dim < 2 or dim % heads or (dim // heads) % 2 or layers < 1:
+            parser.error(f"--sizes: {dim}x{layers} cannot be split into even-sized heads")
     rows = []
     for dim, layers in sizes:
         for dynamic in (False, True):

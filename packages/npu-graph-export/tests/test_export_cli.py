@@ -133,3 +133,23 @@ def test_malformed_model_exits_1_with_a_message(
     assert main(["run", str(tmp_path / "nothing.air")]) == 1
     with pytest.raises(SystemExit):
         main(["export", "no-colon"])
+
+
+def test_bad_command_line_arguments_give_one_line_errors(
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit, match="cannot import 'no_such_module_xyz'"):
+        main(["export", "no_such_module_xyz:build"])
+    with pytest.raises(SystemExit, match="has no attribute 'nope'"):
+        main(["export", "json:nope"])
+    with pytest.raises(SystemExit) as info:
+        main(["export", "json:dumps", "--embed-limit-bytes", "-1"])
+    assert info.value.code == 2
+    assert "must be >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["run", str(exported), "--int-high", "0"])
+    assert info.value.code == 2
+    not_npy = tmp_path / "ids.txt"
+    not_npy.write_text("1 2 3")
+    with pytest.raises(SystemExit, match=r"--input .*ids\.txt: not a \.npy"):
+        main(["run", str(exported), "--input", str(not_npy)])

@@ -119,3 +119,31 @@ def test_kwargs_are_model_inputs(tmp_path: Path) -> None:
     assert result.air == tmp_path / "export.air"
     (got,) = runtime.load(tmp_path).run(np.ones(2, np.float32), np.full(2, 3.0, np.float32))
     np.testing.assert_allclose(got, [3.0, 3.0])
+
+
+def test_embed_limit_is_exact_for_the_written_air(tmp_path: Path) -> None:
+    # Embedded iff the .air written is at most embed_limit_bytes long, up to the last byte.
+    torch.manual_seed(0)
+    model = Two().eval()
+    x = torch.randn(3, 8)
+    first = dynamo_export(x, model=model, export_path=tmp_path / "probe")
+    size = first.air.stat().st_size
+    assert not first.externalized
+    at = dynamo_export(
+        x, model=model, export_path=tmp_path / "at", config=ExportConfig(embed_limit_bytes=size)
+    )
+    assert not at.externalized
+    assert at.air.read_bytes() == first.air.read_bytes()
+    below = dynamo_export(
+        x,
+        model=model,
+        export_path=tmp_path / "below",
+        config=ExportConfig(embed_limit_bytes=size - 1),
+    )
+    assert below.externalized
+    assert {op.type for op in _ops(tmp_path / "below") if "_weight_name" in op.attr} == {
+        "FileConstant"
+    }
+    (got,) = runtime.load(tmp_path / "below").run(x.numpy())
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-6)

@@ -170,3 +170,35 @@ def test_symlinked_rank_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ExportPathError, match="outside"):
         check_target(out, ["../up.air"])
     check_target(out, ["export0.air", "rank_1/dynamo.pbtxt"])  # fine
+
+
+def test_training_mode_unsupported_op_says_to_call_eval(tmp_path: Path) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))  # still training
+    with pytest.raises(UnsupportedOpError, match=r"model\.eval\(\)") as info:
+        dynamo_export(torch.randn(2, 4), model=model, export_path=tmp_path / "out")
+    assert info.value.op == "aten.native_dropout.default"
+    assert _nothing_under(tmp_path / "out")
+    dynamo_export(torch.randn(2, 4), model=model.eval(), export_path=tmp_path / "out")
+
+
+class BadClamp(torch.nn.Module):
+    def forward(self, x: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(x, low, 0.3)  # type: ignore[call-overload]
+
+
+def test_example_inputs_that_do_not_fit_the_model_are_named_as_such(tmp_path: Path) -> None:
+    from npu_graph_export import ExportError
+
+    with pytest.raises(ExportError, match="missing a required argument: 'x'") as info:
+        dynamo_export(model=Small(), export_path=tmp_path)
+    assert not isinstance(info.value, GraphBreakError)
+    with pytest.raises(ExportError, match="too many positional"):
+        dynamo_export(torch.randn(2, 4), torch.randn(2), model=Small(), export_path=tmp_path)
+    with pytest.raises(ExportError, match=r"example inputs.*\[2, 5\] X \[4, 4\]") as info:
+        dynamo_export(torch.randn(2, 5), model=Small(), export_path=tmp_path)
+    assert not isinstance(info.value, GraphBreakError)
+    with pytest.raises(ExportError, match=r"example inputs.*clamp"):  # a TypeError in eager
+        dynamo_export(torch.randn(2, 4), torch.randn(4), model=BadClamp(), export_path=tmp_path)
+    with pytest.raises(TypeError, match="export_name must be a str"):
+        dynamo_export(torch.randn(2, 4), model=Small(), export_path=tmp_path, export_name=3)  # type: ignore[arg-type]
+    assert _nothing_under(tmp_path)

@@ -186,3 +186,17 @@ def test_runtime_refuses_collectives_unless_replicated(seed_run: Path) -> None:
     )
     np.testing.assert_allclose(gathered, np.tile(np.arange(4.0).reshape(2, 2), (2, 1)))
     np.testing.assert_allclose(scattered, 2 * np.arange(4.0).reshape(2, 2))
+
+
+def test_torch_reduce_op_names_map_to_hccl_names() -> None:
+    from npu_graph_export._converters.collective import _reduction
+    from npu_graph_export.errors import UnsupportedOpError
+
+    assert [_reduction(op) for op in ("sum", "product", "max", "min")] == [
+        "sum",
+        "prod",
+        "max",
+        "min",
+    ]
+    with pytest.raises(UnsupportedOpError, match="avg"):
+        _reduction("avg")

@@ -146,3 +146,52 @@ def test_pbtxt_renders_control_edges_and_descriptors() -> None:
     assert 'key: "[o]y"' in text
     assert 'key: "index"' in text
     assert [op.type for op in graph.op] == ["Data", "Neg", "NetOutput"]
+
+
+class Bitwise(torch.nn.Module):
+    """``&``/``|`` on integers are bitwise (6 & 3 == 2), on bool masks logical."""
+
+    def forward(
+        self, a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor, f: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        return (
+            a & b,
+            a | b,
+            a & 5,
+            mask & (f > 0),
+            mask | (f > 0),
+            torch.logical_and(f, a),
+            torch.logical_or(a, f),
+        )
+
+
+def test_bitwise_ops_on_integers_are_bitwise_and_on_masks_logical(tmp_path: Path) -> None:
+    inputs = (
+        torch.tensor([6, 3, 0, 12]),
+        torch.tensor([3, 5, 1, 10]),
+        torch.tensor([True, False, True, True]),
+        torch.tensor([1.0, -1.0, 0.0, 2.0]),
+    )
+    _check(Bitwise(), inputs, tmp_path, dynamic=False)
+    ops = {op.type for op in runtime.load(tmp_path).graph.op}
+    assert {"BitwiseAnd", "BitwiseOr", "LogicalAnd", "LogicalOr"} <= ops
+
+
+class Clamps(torch.nn.Module):
+    def forward(self, x: torch.Tensor, low: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            x.clamp(-0.5, 0.5),
+            x.clamp(min=0.1),
+            x.clamp(max=-0.2),
+            torch.clamp(x, low, low + 0.3),
+            F.relu6(x * 8),
+            F.hardtanh(x),
+            x.clamp_min(0.2),
+        )
+
+
+def test_clamp_family_matches_eager(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    _check(Clamps(), (torch.randn(3, 8), torch.randn(8)), tmp_path / "f32", dynamic=True)
+    ints = torch.tensor([-7, 7, 3, 0])
+    _check(Clamps(), (ints, torch.tensor([1, -1, 2, 0])), tmp_path / "i64", dynamic=False)

@@ -111,6 +111,17 @@ def test_inputs_are_checked(small_export: tuple[Path, torch.nn.Module]) -> None:
     assert out.dtype == np.float32
 
 
+def test_dynamic_dimensions_the_model_ties_together_must_agree(
+    small_export: tuple[Path, torch.nn.Module],
+) -> None:
+    model = runtime.load(small_export[0])
+    # x and ids share the batch dimension: a mismatch is the caller's mistake, not the file's.
+    with pytest.raises(RuntimeInputError, match=r"'ids' has size 2 in dimension 0 but input 'x'"):
+        model.run(np.zeros((3, 4), np.float32), np.zeros(2, np.int64))
+    (out,) = model.run(np.zeros((5, 4), np.float32), np.ones(5, np.int64))
+    assert out.shape == (5, 3)
+
+
 def test_missing_truncated_and_ambiguous_inputs_are_format_errors(
     small_export: tuple[Path, torch.nn.Module], tmp_path: Path
 ) -> None:
@@ -193,3 +204,77 @@ def test_weights_in_files_load_after_the_directory_moves(tmp_path: Path) -> None
     (moved / "proj_weight").write_bytes(b"\0" * 4)
     with pytest.raises(ModelFormatError, match="proj_weight"):
         runtime.load(moved)
+
+
+def test_rank_weight_file_wins_over_a_stale_file_of_the_same_name(tmp_path: Path) -> None:
+    # Layout of a multi-rank export (rank_0/<weight>) that was moved, in a directory where an
+    # earlier single-rank export left a weight file of the same name and size beside the .air.
+    torch.manual_seed(0)
+    model = Small().eval()
+    source = tmp_path / "source"
+    dynamo_export(
+        torch.randn(2, 4),
+        torch.ones(2, dtype=torch.int64),
+        model=model,
+        export_path=source,
+        config=ExportConfig(embed_limit_bytes=0),
+    )
+    moved = tmp_path / "moved"
+    (moved / "rank_0").mkdir(parents=True)
+    air = runtime.load(source).graph
+    for op in air.op:
+        if op.type == "FileConstant":
+            name = Path(op.attr["file_path"].s.decode()).name
+            (moved / "rank_0" / name).write_bytes((source / name).read_bytes())
+            (moved / name).write_bytes(b"\0" * (source / name).stat().st_size)  # stale
+            op.attr["file_path"].s = f"gone/rank_0/{name}".encode()
+    from npu_graph_export._proto import ge_ir_pb2 as ge
+
+    (moved / "export0.air").write_bytes(ge.ModelDef(name="m", graph=[air]).SerializeToString())
+    x, ids = np.ones((2, 4), np.float32), np.arange(2)
+    (out,) = runtime.load(moved, rank=0).run(x, ids)
+    with torch.no_grad():
+        expected = model(torch.from_numpy(x), torch.from_numpy(ids)).numpy()
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_rank_picks_its_own_air_among_twelve(
+    small_export: tuple[Path, torch.nn.Module], tmp_path: Path
+) -> None:
+    air = next(small_export[0].glob("*.air")).read_bytes()
+    for rank in range(12):
+        (tmp_path / f"mp_rank{rank}.air").write_bytes(air)
+    assert runtime.load(tmp_path, rank=1).path.name == "mp_rank1.air"
+    assert runtime.load(tmp_path, rank=11).path.name == "mp_rank11.air"
+    assert runtime.load(tmp_path, rank=0).path.name == "mp_rank0.air"
+
+
+def test_weights_beside_the_air_win_over_a_newer_export_at_the_recorded_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Export to the relative "out", keep a copy, re-export another checkpoint to "out": loading
+    # the copy must use the copy's weights, not those the recorded path "out/..." now names.
+    monkeypatch.chdir(tmp_path)
+    x, ids = torch.randn(2, 4), torch.ones(2, dtype=torch.int64)
+    limit = ExportConfig(embed_limit_bytes=0)
+    torch.manual_seed(0)
+    first = Small().eval()
+    dynamo_export(x, ids, model=first, export_path="out", config=limit)
+    import shutil
+
+    shutil.copytree("out", "kept")
+    torch.manual_seed(1)
+    dynamo_export(x, ids, model=Small().eval(), export_path="out", config=limit)
+    (got,) = runtime.load(tmp_path / "kept").run(x.numpy(), ids.numpy())
+    with torch.no_grad():
+        np.testing.assert_allclose(got, first(x, ids).numpy(), rtol=1e-6)
+
+
+def test_token_ids_past_the_vocabulary_are_an_input_error(tmp_path: Path) -> None:
+    model = torch.nn.Embedding(10, 4)
+    dynamo_export(torch.zeros(2, 3, dtype=torch.int64), model=model, export_path=tmp_path)
+    loaded = runtime.load(tmp_path)
+    with pytest.raises(RuntimeInputError, match=r"out of range.*span 0\.\.12.*vocabulary"):
+        loaded.run(np.array([[0, 12, 3], [1, 2, 3]]))
+    (out,) = loaded.run(np.array([[0, 9, 3], [1, 2, 3]]))
+    np.testing.assert_array_equal(out[0, 1], model.weight.detach().numpy()[9])

@@ -47,8 +47,9 @@ class ExportConfig:
             ``model_relation_config.json`` and ``numa_config.json`` templates for ATC.
         enable_record_nn_module_stack: Every GE op carries the ``nn_module_stack`` of the
             PyTorch code it came from (string attribute), so GE can split the graph by layer.
-        embed_limit_bytes: When the serialised graph plus all weights exceed this, every weight
-            becomes a ``FileConstant`` backed by a raw file; otherwise all are embedded ``Const``.
+        embed_limit_bytes: When the ``.air`` with every weight embedded would be longer than
+            this many bytes, every weight becomes a ``FileConstant`` backed by a raw file;
+            otherwise all are embedded ``Const``.
     """
 
     auto_atc_config_generated: bool = False

@@ -11,7 +11,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from npu_graph_export._converters import CONVERTERS, Context, ge_dtype, static_shape
-from npu_graph_export._graph import GraphBuilder, Tensor
+from npu_graph_export._graph import DIMS_ATTR, AttrValue, GraphBuilder, Tensor
 from npu_graph_export._proto import ge_ir_pb2 as ge
 from npu_graph_export.errors import ExportError, NpuGraphExportError, UnsupportedOpError
 
@@ -56,6 +56,14 @@ def op_name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
 
 
+def _dim_symbol(size: Any) -> str:
+    """The symbol of a dynamic dimension (``s0``), or "" for a static or derived one."""
+    if isinstance(size, torch.SymInt):
+        name = str(size.node.expr)
+        return name if name.isidentifier() else ""
+    return ""
+
+
 def _module_stack_attr(node: fx.Node) -> str:
     return str(node.meta.get("nn_module_stack") or {})
 
@@ -90,7 +98,11 @@ def convert(
             converted.weights.append(Weight(ctx.env[node].op, str(spec.target), tensor))
         elif spec.kind == InputKind.USER_INPUT and isinstance(value, torch.Tensor):
             dtype, shape = ge_dtype(value.dtype), static_shape(value)
-            data = builder.add1("Data", node.name, [], dtype, shape, {"index": user_index})
+            attrs: dict[str, AttrValue] = {"index": user_index}
+            symbols = [_dim_symbol(d) for d in value.shape]
+            if any(symbols):
+                attrs[DIMS_ATTR] = ",".join(symbols)
+            data = builder.add1("Data", node.name, [], dtype, shape, attrs)
             op = builder.graph.op[-1]
             op.input_desc.add().CopyFrom(op.output_desc[0])
             op.input_desc[0].name = "x"

@@ -18,7 +18,7 @@ from npu_graph_export._paths import check_export_name, check_target, weight_file
 from npu_graph_export._pbtxt import render_pbtxt
 from npu_graph_export._proto import ge_ir_pb2 as ge
 from npu_graph_export._trace import trace
-from npu_graph_export.errors import ExportError
+from npu_graph_export.errors import ExportError, UnsupportedOpError
 
 
 @dataclass(frozen=True)
@@ -68,27 +68,42 @@ def _distributed() -> tuple[int, list[int]] | None:
     return dist.get_rank(), [int(r) for r in dist.get_process_group_ranks(dist.group.WORLD)]
 
 
+def _model_bytes(model_name: str, graph: ge.GraphDef) -> int:
+    """Size of ``ModelDef(name, version=1, graph=[graph])`` serialised, without building it."""
+    graph_bytes = int(graph.ByteSize())
+    length_bytes = max(1, (graph_bytes.bit_length() + 6) // 7)  # varint length prefix
+    wrapper = int(ge.ModelDef(name=model_name, version=1).ByteSize())
+    return wrapper + 1 + length_bytes + graph_bytes
+
+
 def _resolve_weights(
-    converted: Converted, options: ExportConfig, weight_dir: Path
+    converted: Converted, options: ExportConfig, weight_dir: Path, model_name: str
 ) -> dict[str, bytes]:
-    """Fill the weight ops in place (all Const or all FileConstant); return files to write."""
+    """Fill the weight ops in place (all Const or all FileConstant); return files to write.
+
+    Weights are embedded when the resulting ``.air`` is at most ``embed_limit_bytes`` long.
+    """
     ops = {op.name: op for op in converted.graph.op}
     payloads = [(w, _tensor_bytes(w.tensor)) for w in converted.weights]
+    for weight, _ in payloads:
+        # Private attribute (GE ignores "_" attrs): lets tools tell weights from small constants.
+        set_attr(ops[weight.op_name].attr[WEIGHT_ATTR], weight.qualified_name)
+    # A lower bound of the embedded size (no tensor descriptors yet): if it is already over the
+    # limit, skip building the embedded graph (which could be past protobuf's 2 GiB).
     estimate = converted.graph.ByteSize() + sum(len(data) for _, data in payloads)
-    external = estimate > options.embed_limit_bytes
+    if estimate <= options.embed_limit_bytes:
+        for weight, data in payloads:
+            value = ops[weight.op_name].attr["value"].t
+            value.desc.CopyFrom(
+                tensor_desc("y", ge_dtype(weight.tensor.dtype), list(weight.tensor.shape))
+            )
+            value.data = data
+        if _model_bytes(model_name, converted.graph) <= options.embed_limit_bytes:
+            return {}
     files: dict[str, bytes] = {}
     used: set[str] = set()
     for weight, data in payloads:
         op = ops[weight.op_name]
-        dtype = ge_dtype(weight.tensor.dtype)
-        shape = list(weight.tensor.shape)
-        # Private attribute (GE ignores "_" attrs): lets tools tell weights from small constants.
-        set_attr(op.attr[WEIGHT_ATTR], weight.qualified_name)
-        if not external:
-            value = op.attr["value"].t
-            value.desc.CopyFrom(tensor_desc("y", dtype, shape))
-            value.data = data
-            continue
         name = weight_file_name(weight.qualified_name)
         while name in used:  # two names that differ only in '.' vs '_'
             name += "_"
@@ -96,8 +111,8 @@ def _resolve_weights(
         op.type = "FileConstant"
         if "value" in op.attr:
             del op.attr["value"]
-        set_attr(op.attr["shape"], shape)
-        set_attr(op.attr["dtype"], DType(dtype))
+        set_attr(op.attr["shape"], list(weight.tensor.shape))
+        set_attr(op.attr["dtype"], DType(ge_dtype(weight.tensor.dtype)))
         set_attr(op.attr["file_path"], str(weight_dir / name))
         set_attr(op.attr["file_id"], "")
         files[name] = data
@@ -162,10 +177,24 @@ def dynamo_export(
     check_target(root, [air_name, pbtxt_name])
 
     program = trace(model, tuple(args), dict(kwargs), dynamic=dynamic)
-    converted = convert(
-        program, export_name, record_module_stack=options.enable_record_nn_module_stack
-    )
-    weight_files = _resolve_weights(converted, options, root / sub)
+    try:
+        converted = convert(
+            program, export_name, record_module_stack=options.enable_record_nn_module_stack
+        )
+    except UnsupportedOpError as error:
+        op = error.op or ""
+        training_op = "dropout" in op or ("batch_norm" in op and "no_training" not in op)
+        if not (model.training and training_op):
+            raise
+        # Forgetting eval() is the usual cause: dropout and batch norm then trace to
+        # training-only ops (native_dropout, batch-norm statistics updates).
+        raise UnsupportedOpError(
+            f"{error.message}. The model is in training mode: call model.eval() before "
+            "exporting (dropout and batch-norm updates have no inference graph)",
+            op=error.op,
+            module_path=error.module_path,
+        ) from error
+    weight_files = _resolve_weights(converted, options, root / sub, export_name)
 
     model_def = ge.ModelDef(name=export_name, version=1)
     model_def.graph.add().CopyFrom(converted.graph)

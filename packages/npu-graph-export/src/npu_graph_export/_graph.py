@@ -14,6 +14,10 @@ from npu_graph_export._proto import ge_ir_pb2 as ge
 WEIGHT_ATTR = "_weight_name"
 """Op attribute holding a weight's qualified name (``layers.0.q.weight``) on Const/FileConstant."""
 
+DIMS_ATTR = "_dim_symbols"
+"""Data op attribute: comma-separated symbol per dimension (empty when static), so the runtime
+can check that dimensions the model ties together (batch of ``ids`` and ``mask``) agree."""
+
 Shape = tuple[int, ...]
 """A tensor shape; -1 marks a dimension only known at run time."""
 

@@ -74,6 +74,8 @@ OPS: dict[str, OpSpec] = {
             "GreaterEqual",
             "LogicalAnd",
             "LogicalOr",
+            "BitwiseAnd",
+            "BitwiseOr",
         )
     },
     **{

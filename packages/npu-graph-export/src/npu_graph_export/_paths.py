@@ -16,6 +16,8 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 
 def check_export_name(name: str) -> str:
     """Return ``name`` if it is a plain file name, else raise :class:`ExportPathError`."""
+    if not isinstance(name, str):
+        raise TypeError(f"export_name must be a str (a plain file name), got {type(name).__name__}")
     if (
         not name
         or name in {".", ".."}

@@ -9,7 +9,11 @@ from typing import Any
 import torch
 from torch.export import Dim, ExportedProgram
 
-from npu_graph_export.errors import DataDependentControlFlowError, GraphBreakError
+from npu_graph_export.errors import (
+    DataDependentControlFlowError,
+    ExportError,
+    GraphBreakError,
+)
 
 aten = torch.ops.aten
 
@@ -79,6 +83,15 @@ def trace(
         DataDependentControlFlowError: the model branches on tensor values.
         GraphBreakError: Dynamo cannot capture the model as a single graph.
     """
+    try:
+        inspect.signature(model.forward).bind(*args, **kwargs)
+    except TypeError as error:
+        raise ExportError(
+            f"the example inputs do not match {type(model).__name__}.forward: {error}; pass one "
+            "example value per forward() argument (positional *args, keyword **kwargs)"
+        ) from error
+    except ValueError:  # no signature to check (a builtin); let Dynamo judge
+        pass
     dynamic_shapes = _dynamic_shapes(model, args, kwargs) if dynamic else None
     with warnings.catch_warnings():
         # torch 2.13's export pickles pytree specs through a deprecated isinstance check; the
@@ -109,6 +122,18 @@ def _export(
                 "the model branches on tensor values (data-dependent control flow), which an "
                 "offline graph cannot express; compute both branches and select with "
                 f"torch.where, or move the decision out of forward(). Dynamo said: {first_line}"
+            ) from error
+        if first_line.endswith("when making fake tensor call"):
+            # An op failed on the fake example inputs: the model would fail in eager too.
+            details = [
+                line.strip().split(":", 1)[1].strip()
+                for line in str(error).splitlines()
+                if line.strip().startswith(("Explanation:", "Developer debug context:"))
+            ]
+            detail = next((d for d in details if d), first_line)
+            raise ExportError(
+                "the model fails on the example inputs (it would fail in eager too): check "
+                f"their shapes and dtypes against what forward() expects. Torch said: {detail}"
             ) from error
         raise GraphBreakError(
             "Dynamo could not capture the model as one graph (fullgraph); remove the unsupported "

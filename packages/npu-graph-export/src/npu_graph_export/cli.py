@@ -30,11 +30,42 @@ def _load_factory(spec: str) -> Any:
     sys.path.insert(0, str(Path.cwd()))
     try:
         target: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise SystemExit(
+            f"error: cannot import {module_name!r} ({error}); run from the directory that holds "
+            "it or put it on PYTHONPATH"
+        ) from error
     finally:
         sys.path.pop(0)
     for part in attr.split("."):
-        target = getattr(target, part)
+        try:
+            target = getattr(target, part)
+        except AttributeError as error:
+            raise SystemExit(f"error: {spec!r}: {error}") from error
     return target
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _load_input(path: str) -> Any:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, EOFError) as error:
+        raise SystemExit(
+            f"error: --input {path}: not a .npy array file ({error}); save inputs with numpy.save"
+        ) from error
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -125,7 +156,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.model, weights_dir=args.weights_dir, collectives=args.collectives, rank=args.rank
     )
     if args.input:
-        inputs = [np.load(path, allow_pickle=False) for path in args.input]
+        inputs = [_load_input(path) for path in args.input]
     else:
         rng = np.random.default_rng(args.seed)
         inputs = [_random_input(i, rng, args.dynamic_size, args.int_high) for i in model.inputs]
@@ -154,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--dynamic", action="store_true", help="export dynamic dimensions")
     export.add_argument("--auto-atc-config", action="store_true")
     export.add_argument("--record-module-stack", action="store_true")
-    export.add_argument("--embed-limit-bytes", type=int, default=None)
+    export.add_argument("--embed-limit-bytes", type=_non_negative, default=None)
     export.set_defaults(handler=_cmd_export)
 
     inspect = commands.add_parser("inspect", help="summarise an .air file or export directory")
@@ -168,8 +199,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("model")
     run.add_argument("--input", action="append", help=".npy file per input, in order")
     run.add_argument("--seed", type=int, default=0, help="seed for random inputs")
-    run.add_argument("--dynamic-size", type=int, default=2, help="size for -1 dims")
-    run.add_argument("--int-high", type=int, default=2, help="random ints are in [0, N)")
+    run.add_argument("--dynamic-size", type=_non_negative, default=2, help="size for -1 dims")
+    run.add_argument("--int-high", type=_positive, default=2, help="random ints are in [0, N)")
     run.add_argument("--output-dir", default=None, help="save outputs as .npy here")
     run.add_argument("--weights-dir", default=None)
     run.add_argument("--collectives", choices=("error", "replicated"), default="error")

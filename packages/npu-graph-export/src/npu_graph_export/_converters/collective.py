@@ -30,6 +30,8 @@ def _group(ctx: Context, group_name: str) -> tuple[str, list[int]]:
 
 def _reduction(op: object) -> str:
     reduction = str(op).lower()
+    # torch spells ReduceOp.PRODUCT "product"; HCCL calls it "prod".
+    reduction = {"product": "prod"}.get(reduction, reduction)
     if reduction not in {"sum", "prod", "max", "min"}:
         raise UnsupportedOpError(
             f"collective reduction {op!r} has no HCCL equivalent; use sum, prod, max or min"

@@ -59,10 +59,39 @@ for _op_type, _targets in {
     "LessEqual": (aten.le.Tensor, aten.le.Scalar),
     "Greater": (aten.gt.Tensor, aten.gt.Scalar),
     "GreaterEqual": (aten.ge.Tensor, aten.ge.Scalar),
-    "LogicalAnd": (aten.logical_and.default, aten.bitwise_and.Tensor),
-    "LogicalOr": (aten.logical_or.default, aten.bitwise_or.Tensor),
 }.items():
     register(*_targets)(_binary(_op_type, compare=True))
+
+
+def _logical(op_type: str) -> Any:
+    # GE's LogicalAnd/LogicalOr take bool inputs: ATen's logical_* accept any dtype and
+    # treat non-zero as true, so both operands are cast to bool first.
+    def convert(ctx: Context, node: fx.Node) -> Value:
+        lhs, rhs = (ctx.tensor(a, ge.DT_BOOL) for a in args_of(node)[:2])
+        return ctx.emit(op_type, [lhs, rhs], dtype=ge.DT_BOOL)
+
+    return convert
+
+
+register(aten.logical_and.default)(_logical("LogicalAnd"))
+register(aten.logical_or.default)(_logical("LogicalOr"))
+
+
+def _bitwise(logical: str, bitwise: str) -> Any:
+    # ``a & b`` is logical on bool masks but bit-by-bit on integers (6 & 3 == 2): GE has one
+    # operator for each, as TorchAir's converter chooses.
+    def convert(ctx: Context, node: fx.Node) -> Value:
+        dtype = ctx.out_dtype()
+        if dtype == ge.DT_BOOL:
+            return _logical(logical)(ctx, node)
+        lhs, rhs = (ctx.tensor(a, dtype) for a in args_of(node)[:2])
+        return ctx.emit(bitwise, [lhs, rhs])
+
+    return convert
+
+
+register(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)(_bitwise("LogicalAnd", "BitwiseAnd"))
+register(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)(_bitwise("LogicalOr", "BitwiseOr"))
 
 
 @register(aten.rsub.Scalar, aten.rsub.Tensor)
@@ -148,3 +177,33 @@ def _masked_fill(ctx: Context, node: fx.Node) -> Value:
     fill = args_of(node)[2]
     fill_value: Tensor = ctx.tensor(fill if not isinstance(fill, float) else float(fill), dtype)
     return ctx.emit("SelectV2", [mask, fill_value, source])
+
+
+@register(
+    aten.clamp.default,
+    aten.clamp.Tensor,
+    aten.clamp_min.default,
+    aten.clamp_max.default,
+    aten.hardtanh.default,
+)
+def _clamp(ctx: Context, node: fx.Node) -> Value:
+    dtype = ctx.out_dtype()
+    args, kwargs = args_of(node), kwargs_of(node)
+    if node.target is aten.hardtanh.default:  # also relu6
+        low = args[1] if len(args) > 1 else kwargs.get("min_val", -1.0)
+        high = args[2] if len(args) > 2 else kwargs.get("max_val", 1.0)
+    elif node.target is aten.clamp_min.default:
+        low, high = args[1], None
+    elif node.target is aten.clamp_max.default:
+        low, high = None, args[1]
+    else:
+        low = args[1] if len(args) > 1 else kwargs.get("min")
+        high = args[2] if len(args) > 2 else kwargs.get("max")
+    x = ctx.tensor(args[0], dtype)
+    if low is None and high is None:
+        return ctx.emit("Identity", [x])
+    if low is not None:
+        x = ctx.emit("Maximum", [x, ctx.tensor(low, dtype)], suffix="min")
+    if high is not None:
+        x = ctx.emit("Minimum", [x, ctx.tensor(high, dtype)], suffix="max")
+    return x

@@ -22,6 +22,14 @@ class KernelError(Exception):
     """A kernel met inputs or attributes it cannot work with (turned into ModelFormatError)."""
 
 
+class KernelValueError(KernelError):
+    """Values flowing through a sound graph are out of range (an index past a dimension).
+
+    Almost always the caller's input values (token ids beyond the vocabulary): turned into
+    RuntimeInputError.
+    """
+
+
 @dataclass
 class Collectives:
     """How the single-process runtime answers collectives.
@@ -134,6 +142,8 @@ _BINARY: dict[str, Callable[[Array, Array], Array]] = {
     "GreaterEqual": np.greater_equal,
     "LogicalAnd": np.logical_and,
     "LogicalOr": np.logical_or,
+    "BitwiseAnd": np.bitwise_and,
+    "BitwiseOr": np.bitwise_or,
 }
 for _name, _fn in _BINARY.items():
     KERNELS[_name] = _simple(_fn)
@@ -340,7 +350,10 @@ def _gather(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     indices = xs[1].astype(np.int64)
     size = x.shape[axis] if x.ndim else 1
     if indices.size and (indices.min() < -size or indices.max() >= size):
-        raise KernelError(f"gather index out of range for dimension of size {size}")
+        raise KernelValueError(
+            f"gather index out of range for dimension of size {size} (indices span "
+            f"{int(indices.min())}..{int(indices.max())})"
+        )
     return [np.take(x, indices, axis=axis)]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from npu_graph_export._dtypes import BF16, dtype_name, element_size
+from npu_graph_export._graph import DIMS_ATTR
 from npu_graph_export._opdefs import OPS
 from npu_graph_export._proto import ge_ir_pb2 as ge
 from npu_graph_export.errors import ModelFormatError, RuntimeInputError
@@ -22,6 +23,7 @@ from npu_graph_export.runtime._kernels import (
     Array,
     Collectives,
     KernelError,
+    KernelValueError,
     numpy_dtype,
 )
 
@@ -116,6 +118,7 @@ class Model:
             raise _bad(path, f"expected one NetOutput op, found {len(outputs)}")
         self._net_output = outputs[0]
         self.inputs = self._input_infos()
+        self._dim_symbols = [self._symbols_of(info) for info in self.inputs]
         self.outputs = [
             TensorInfo(f"output{i}", desc.dtype, tuple(desc.shape.dim))
             for i, desc in enumerate(self._net_output.input_desc)
@@ -178,15 +181,26 @@ class Model:
             infos.append(TensorInfo(op.name, desc.dtype, tuple(desc.shape.dim)))
         return infos
 
+    def _symbols_of(self, info: TensorInfo) -> list[str]:
+        op = self._ops[info.name]
+        if DIMS_ATTR not in op.attr:
+            return []
+        symbols = bytes(op.attr[DIMS_ATTR].s).decode("utf-8", "replace").split(",")
+        return symbols if len(symbols) == len(info.shape) else []  # not ours: ignore
+
     def _weight_file(self, recorded: str) -> Path:
         path = Path(recorded)
-        candidates = [path] if path.is_absolute() else [Path.cwd() / path]
+        candidates: list[Path] = []
+        # An export directory is self-contained: the files beside the .air (``<name>`` or
+        # ``rank_<r>/<name>``) belong to it, even when the recorded path (relative to the
+        # directory ATC runs from, or absolute) names another export's file of the same name.
+        # Longest tail first: a ``p1`` beside the .air may be left over from an earlier
+        # single-rank export into the same directory, while ``rank_0/p1`` is this rank's.
         roots = [r for r in (self._weights_dir, self.path.parent) if r is not None]
         for root in roots:
-            parts = path.parts
-            # The recorded path starts with the export directory as given at export time;
-            # try its tail under the directory the model now lives in.
-            candidates.extend(root.joinpath(*parts[-k:]) for k in range(1, min(len(parts), 3) + 1))
+            tails = range(min(len(path.parts), 2), 0, -1)
+            candidates.extend(root.joinpath(*path.parts[-k:]) for k in tails)
+        candidates.append(path if path.is_absolute() else Path.cwd() / path)
         for candidate in candidates:
             try:
                 if candidate.is_file():
@@ -252,7 +266,24 @@ class Model:
                     f"input {info} got shape {list(array.shape)}; -1 marks dynamic dimensions"
                 )
             arrays.append(array)
+        self._check_tied_dims(arrays)
         return arrays
+
+    def _check_tied_dims(self, arrays: list[Array]) -> None:
+        # Dimensions traced as one symbol must agree at run time (the batch of ids and mask).
+        seen: dict[str, tuple[int, str, int]] = {}
+        for info, symbols, array in zip(self.inputs, self._dim_symbols, arrays, strict=True):
+            for axis, symbol in enumerate(symbols):
+                if not symbol:
+                    continue
+                size = int(array.shape[axis])
+                first = seen.setdefault(symbol, (size, info.name, axis))
+                if first[0] != size:
+                    raise RuntimeInputError(
+                        f"input {info.name!r} has size {size} in dimension {axis} but input "
+                        f"{first[1]!r} has size {first[0]} in dimension {first[2]}; the model was"
+                        f" exported with these dimensions equal ({symbol}): pass inputs that agree"
+                    )
 
     def run(self, *inputs: Any) -> list[Array]:
         """Execute the graph on ``inputs`` (arrays in ``Data`` index order).
@@ -261,7 +292,8 @@ class Model:
             The outputs in ``NetOutput`` order, as numpy arrays.
 
         Raises:
-            RuntimeInputError: wrong number, dtype or shape of inputs.
+            RuntimeInputError: wrong number, dtype or shape of inputs, dynamic dimensions
+                that disagree, or values out of range (a token id past the vocabulary).
             ModelFormatError: the graph cannot be executed (inconsistent ops or attributes).
         """
         arrays = self._check_inputs(inputs)
@@ -290,6 +322,11 @@ class Model:
                     result = result.astype(numpy_dtype(op.output_desc[index].dtype), copy=False)
                 out.append(result)
             return out
+        except KernelValueError as error:
+            raise RuntimeInputError(
+                f"op {op.name!r} ({op.type}) failed on values computed from the inputs: {error};"
+                " check the input values (token ids must be below the vocabulary size)"
+            ) from error
         except (
             KernelError,
             ValueError,
@@ -315,7 +352,14 @@ def _find_air(path: Path, rank: int | None) -> Path:
     if path.is_dir():
         found = sorted(path.glob("*.air"))
         if rank is not None:
-            found = [p for p in found if p.stem.endswith(str(rank))]
+            # <name><rank>.air: with 12 ranks, "1" also ends "mp_rank11", so first look for the
+            # exact name after the prefix that every rank's file shares ("mp_rank").
+            stems = [p.stem for p in found]
+            prefix = min(stems, key=len) if stems else ""
+            while any(not stem.startswith(prefix) for stem in stems):
+                prefix = prefix[:-1]
+            exact = [p for p in found if p.stem == f"{prefix}{rank}"]
+            found = exact or [p for p in found if p.stem.endswith(str(rank))]
         if len(found) == 1:
             return found[0]
         raise ModelFormatError(
@@ -336,8 +380,9 @@ def load(
 
     Args:
         path: An ``.air`` file, or a directory with exactly one (``rank`` picks one of several).
-        weights_dir: Where ``FileConstant`` weight files are, if not where the graph says or
-            next to the ``.air``.
+        weights_dir: A directory holding the ``FileConstant`` weight files, searched first.
+            Then the export directory (the ``.air``'s, with its ``rank_<r>/``), then the path
+            recorded in the graph (relative to the current directory, as for ATC).
         collectives: ``"error"`` (default) refuses collective ops; ``"replicated"`` runs them as
             if every rank held the same input (see :class:`Collectives`).
         rank: This rank in a multi-rank export (picks ``<name><rank>.air`` in a directory and
