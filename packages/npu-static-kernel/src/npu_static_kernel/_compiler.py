@@ -90,8 +90,9 @@ def _constants_digest(gm: torch.fx.GraphModule) -> list[Any]:
         if isinstance(value, torch.Tensor):
             entry: list[Any] = [str(node.target), _describe(value)]
             if value.numel() <= _HASHED_CONSTANT_NUMEL and value.device.type != "meta":
-                data = value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()
-                entry.append(hashlib.sha256(data.tobytes()).hexdigest())
+                # bytes() of the uint8 values, not .numpy(): numpy is not a dependency here.
+                raw = value.detach().cpu().contiguous().view(-1).view(torch.uint8).tolist()
+                entry.append(hashlib.sha256(bytes(raw)).hexdigest())
             found.append(entry)
     return found
 
