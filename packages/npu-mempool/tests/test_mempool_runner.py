@@ -235,6 +235,23 @@ def test_warmup_runs_are_eager_then_the_key_is_captured() -> None:
             assert runner(torch.zeros(2)).tolist() == [1, 1]
 
 
+def test_warmup_default_follows_the_device() -> None:
+    from npu_mempool._device import backend_for
+
+    # CUDA libraries initialise lazily (cuBLAS) and must not do it inside a capture.
+    assert backend_for("cuda").default_warmup_runs == 1
+    assert backend_for("npu").default_warmup_runs == 0
+    assert backend_for("cpu").default_warmup_runs == 0
+    # On CPU the default captures on the first call of a key; an explicit option wins.
+    runner = GraphRunner(lambda x: x + 1)
+    with runner.counters.expect(eager_calls=0, captures=1):
+        runner(torch.zeros(2))
+    runner = GraphRunner(lambda x: x + 1, options=CaptureOptions(warmup_runs=2))
+    with runner.counters.expect(eager_calls=2, captures=1):
+        for _ in range(3):
+            runner(torch.zeros(2))
+
+
 def test_layout_errors_are_clear() -> None:
     with pytest.raises(InputLayoutError, match="one InputKind per positional argument"):
         GraphRunner(lambda x: x, input_kinds=[U, U])(torch.zeros(1))

@@ -267,7 +267,7 @@ def _fallback(
     return _forward_of(gm)
 
 
-def _capture_options(config: CompilerConfig, device_type: str) -> Any:
+def _capture_options(config: CompilerConfig) -> Any:
     from npu_mempool import CaptureOptions, PoolHandle
 
     aclgraph = config.debug.aclgraph
@@ -283,9 +283,8 @@ def _capture_options(config: CompilerConfig, device_type: str) -> Any:
         capture_limit=aclgraph.static_capture_size_limit,
         frozen_parameters=config.experimental_config.frozen_parameter,
         strict=aclgraph.strict,
-        # CUDA libraries initialise lazily on first use (cuBLAS workspaces), which a capture
-        # must not see: one eager call per new shape first, as torch's own CUDA graph paths do.
-        warmup_runs=1 if device_type == "cuda" else 0,
+        # warmup_runs left to npu-mempool: it knows which devices need an eager call per new
+        # shape before capturing it (CUDA's lazily initialised cuBLAS).
     )
 
 
@@ -368,7 +367,7 @@ def _compile(
         runner = GraphRunner(
             replayed,
             input_kinds=kinds,
-            options=_capture_options(config, device_type),
+            options=_capture_options(config),
             specialize=specialize,
             name=name,
         )

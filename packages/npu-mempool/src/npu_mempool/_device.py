@@ -60,6 +60,8 @@ class GraphBackend(Protocol):
     name: str
     #: Whether ``capture`` runs the callable (CPU emulation) or only records it (devices).
     executes_on_capture: bool
+    #: Eager calls a new key needs before its capture when ``CaptureOptions.warmup_runs`` is None.
+    default_warmup_runs: int
 
     def new_pool(self, device: torch.device) -> PoolHandle:
         """Create an empty pool on ``device``."""
@@ -150,6 +152,7 @@ class EmulatedBackend:
 
     name = "cpu-emulated"
     executes_on_capture = True
+    default_warmup_runs = 0
 
     def new_pool(self, device: torch.device) -> PoolHandle:
         return PoolHandle(torch.device("cpu"))
@@ -233,6 +236,7 @@ class _Family(Protocol):
     """What differs between CUDA and NPU: pool ids, streams, allocator hooks, legacy graphs."""
 
     device_type: str
+    warmup_runs: int
 
     def pool_id(self) -> Any: ...
     def stream(self, device: torch.device) -> Any: ...
@@ -249,6 +253,9 @@ class _Family(Protocol):
 
 class _Cuda:
     device_type = "cuda"
+    # cuBLAS creates its handle and workspace on first use; inside a capture that allocation
+    # would land in the graph pool for good (torch's own CUDA graph paths warm up too).
+    warmup_runs = 1
 
     def pool_id(self) -> Any:
         return torch.cuda.graph_pool_handle()
@@ -302,6 +309,7 @@ def _torch_npu() -> Any:
 
 class _Npu:
     device_type = "npu"
+    warmup_runs = 0  # TorchAir's num_warmup_iters default
 
     def pool_id(self) -> Any:
         return _torch_npu().npu.graph_pool_handle()
@@ -356,6 +364,7 @@ class DeviceBackend:
     def __init__(self, family: _Family, accelerator_graph: bool) -> None:
         self._family = family
         self._accelerator_graph = accelerator_graph
+        self.default_warmup_runs = family.warmup_runs
         if accelerator_graph:
             self.name = "torch.accelerator.Graph"
         else:

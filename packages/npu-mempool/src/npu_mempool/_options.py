@@ -66,8 +66,9 @@ class CaptureOptions:
         strict: Raise :class:`~npu_mempool.CaptureError` when a capture fails instead of logging
             the reason once and running eagerly.
         warmup_runs: Eager calls per new graph key before it is captured. Their results are
-            returned as usual. ``0`` (TorchAir's default) captures on the first call of a key; use
-            ``1`` where libraries initialise lazily on first use (cuBLAS handles, autotuning).
+            returned as usual. ``None`` (default) takes the device's own need: ``1`` on CUDA, whose
+            libraries initialise lazily on first use (cuBLAS workspaces) and must not do so inside
+            a capture, ``0`` on NPU (as TorchAir) and on the CPU emulation.
     """
 
     pool: PoolHandle | None = None
@@ -78,7 +79,7 @@ class CaptureOptions:
     capture_limit: int = 64
     frozen_parameters: bool = False
     strict: bool = False
-    warmup_runs: int = 0
+    warmup_runs: int | None = None
 
     def __post_init__(self) -> None:
         if self.capture_limit < 1:
@@ -86,7 +87,7 @@ class CaptureOptions:
                 f"CaptureOptions.capture_limit must be at least 1, got {self.capture_limit}; "
                 "to disable capture, call the function directly instead of through a GraphRunner"
             )
-        if self.warmup_runs < 0:
+        if self.warmup_runs is not None and self.warmup_runs < 0:
             raise OptionsError(
                 f"CaptureOptions.warmup_runs must be 0 or more, got {self.warmup_runs}"
             )

@@ -298,7 +298,7 @@ class GraphRunner:
             if cached is not None:  # a key whose capture failed: eager for good
                 return cached(args)
             seen = self._warm.get(key, 0)
-            if seen < self._options.warmup_runs:
+            if seen < self._warmup_runs(args):
                 self._warm[key] = seen + 1
                 return self._eager_call(args)
             if self.num_graphs >= self._options.capture_limit:
@@ -323,6 +323,14 @@ class GraphRunner:
         self.counters.captures += 1
         counters.captures += 1
         return entry.first_result() if self._executes_on_capture() else entry.run(args)
+
+    def _warmup_runs(self, args: tuple[Any, ...]) -> int:
+        """Eager calls before a new key is captured: the option, else the device's need."""
+        if self._options.warmup_runs is not None:
+            return self._options.warmup_runs
+        assert self._layout is not None
+        device = next((args[i].device for i in self._layout.tensors), torch.device("cpu"))
+        return backend_for(device.type).default_warmup_runs
 
     def _executes_on_capture(self) -> bool:
         assert self._backend is not None
