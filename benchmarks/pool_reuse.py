@@ -25,7 +25,7 @@ from pathlib import Path
 
 import npu_mempool
 import torch
-from _results import write_json
+from _common import pick_device, write_json
 from npu_mempool import CaptureOptions, GraphRunner, InputKind
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pool_reuse.json"
@@ -34,17 +34,6 @@ KINDS = [InputKind.USER, InputKind.PARAMETER]
 
 def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.relu(x @ w) + x
-
-
-def pick_device() -> torch.device:
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and accelerator.is_available():
-        current = accelerator.current_accelerator()
-        if current is not None:
-            return torch.device(current.type, accelerator.current_device_index())
-    if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def run_shapes(runner: GraphRunner, rows: list[int], w: torch.Tensor) -> None:

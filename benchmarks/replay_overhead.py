@@ -26,7 +26,7 @@ from typing import Any
 
 import npu_mempool
 import torch
-from _results import write_json
+from _common import pick_device, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay_overhead.json"
 
@@ -38,17 +38,6 @@ def make_chain(kernels: int) -> Callable[[torch.Tensor], torch.Tensor]:
         return x
 
     return chain
-
-
-def pick_device() -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and accelerator.is_available():
-        current = accelerator.current_accelerator()
-        if current is not None:
-            return torch.device(current.type, accelerator.current_device_index())
-    return torch.device("cpu")
 
 
 def synchronize(device: torch.device) -> None:

@@ -33,14 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _common import pick_device
 
 RESULTS = Path(__file__).resolve().parent / "results" / "static_kernel_warm_start.json"
-
-
-def pick_device() -> str:
-    if torch.cuda.is_available():
-        return "cuda"
-    return "cpu"
 
 
 def block(
@@ -137,7 +132,7 @@ def run_child(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--device", default=pick_device())
+    parser.add_argument("--device", default=pick_device().type)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)

@@ -23,7 +23,7 @@ from typing import Any
 
 import npu_streams
 import torch
-from _results import write_json
+from _common import write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "streams_overlap.json"
 

@@ -1,4 +1,4 @@
-"""Shared by the benchmark scripts: write a result file atomically under benchmarks/results/."""
+"""Shared by the benchmark scripts: the device to measure on, atomic result files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def pick_device() -> torch.device:
+    """The current accelerator (CUDA, NPU, ...), else the CPU."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        current = accelerator.current_accelerator()
+        if current is not None:
+            return torch.device(current.type, accelerator.current_device_index())
+    return torch.device("cpu")
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> Path:
