@@ -78,6 +78,24 @@ def test_round_trip_equals_eager_and_counts_captures_and_replays(
     assert kinds.count(InputKind.MUTATED) == 1  # the cache buffer
     assert kinds.count(InputKind.PARAMETER) == 2  # weight and bias
     assert kinds.count(InputKind.USER) == 2  # x and pos
+    # Dynamo's guards pin x and pos down, so only the cache (used in place) is keyed.
+    cache = model.cache
+    assert runner.graph_keys == ((len(kinds), cache.shape, cache.dtype, cache.stride()),)
+
+
+def test_static_graph_without_mutations_has_a_constant_key() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    backend = get_npu_backend()
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(3, 4)
+            torch.testing.assert_close(compiled(x), model(x))
+        y = torch.randn(5, 4)  # a new shape: Dynamo recompiles, a new runner captures it
+        torch.testing.assert_close(compiled(y), model(y))
+    keys = [runner.graph_keys for runner in backend.stats.runners]
+    assert keys[0] == ((),)
+    assert sum(r.counters.replays for r in backend.stats.runners) == 2
 
 
 def test_new_user_tensors_are_copied_in_each_call() -> None:
@@ -106,6 +124,7 @@ def test_dynamic_true_gives_one_fx_graph_and_one_capture_per_shape(
     (runner,) = backend.stats.runners
     assert runner.counters.captures == 3
     assert runner.counters.replays == 2
+    assert len(set(runner.graph_keys)) == 3  # the sizes (symbolic to Dynamo) are keyed
 
 
 def test_config_maps_onto_capture_options(runner_spy: list[dict[str, Any]]) -> None:

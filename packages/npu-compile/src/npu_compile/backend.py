@@ -155,6 +155,27 @@ _HOST_SYNC_OPS: frozenset[object] = frozenset(
 )
 
 
+def _guarded_by_dynamo(kinds: Sequence[Any], example_inputs: Sequence[Any]) -> list[bool]:
+    """Which runner arguments Dynamo's guards already pin down (shape, dtype and strides).
+
+    Only meaningful where the runner receives Dynamo's own graph inputs (``bypass``): Dynamo
+    calls a compiled graph only after its guards checked every tensor input, exactly for each
+    static size and stride. Those inputs need no place in the graph key. Mutated inputs keep
+    theirs: they are used in place, and a buffer kept in a module whose dict is unchanged may
+    skip Dynamo's tensor checks; their key also catches another view of the same memory.
+    """
+    from npu_mempool import InputKind
+
+    flags = []
+    for kind, value in zip(kinds, example_inputs, strict=True):
+        static = isinstance(value, torch.Tensor) and not any(
+            isinstance(dim, torch.SymInt)
+            for dim in (*value.shape, *value.stride(), value.storage_offset())
+        )
+        flags.append(static and kind is not InputKind.MUTATED)
+    return flags
+
+
 def _runner_is_whole_call(meta: Any, fw_gm: torch.fx.GraphModule, n_inputs: int) -> bool:
     """Whether AOT's runtime wrapper would do nothing but call the compiled graph.
 
@@ -370,12 +391,17 @@ def _compile(
             options=_capture_options(config),
             specialize=specialize,
             name=name,
+            guarded=_guarded_by_dynamo(kinds, example_inputs) if bypass else None,
         )
         stats.captured += 1
         stats._add_runner(runner)
-        built["direct"] = runner
+        # The runner as a plain function: what Dynamo calls on every step, so the cheapest form.
+        # Inside AOT's wrapper (no bypass) the runner receives AOT's arguments, which Dynamo
+        # does not guard, so nothing is marked guarded there.
+        function = runner.as_function()
+        built["direct"] = function
         built["bypass"] = bypass
-        return runner
+        return function
 
     from npu_mempool import NpuMempoolError
     from npu_streams import NpuStreamsError

@@ -47,6 +47,11 @@ Body = Callable[[StaticLike], tuple[list[Any], Callable[[], Sequence[Any]], list
 class Graph(Protocol):
     """A captured graph."""
 
+    #: For the runner's generated replay path, where a replay is a re-run of the captured
+    #: callable (CPU emulation) plus one batched copy: the static outputs that copy writes and the
+    #: indices of the re-run's leaves it reads. ``None``: only :meth:`replay` replays this graph.
+    inline_copies: tuple[list[torch.Tensor], tuple[int, ...]] | None
+
     def replay(self) -> None:
         """Run the captured work again, writing into the same static outputs."""
 
@@ -100,7 +105,7 @@ class _EmulatedGraph:
         self,
         rerun: Callable[[], Sequence[Any]],
         dst: list[torch.Tensor],
-        pick: Callable[[Sequence[Any]], Any] | None,
+        src: list[int],
         pool: PoolHandle,
         blocks: list[int],
         shared: Sequence[tuple[torch.Tensor, int]] = (),
@@ -108,6 +113,7 @@ class _EmulatedGraph:
         # One closure per graph: the emulated replay is the CPU hot path, so the re-run and
         # the batched copy into the static outputs are bound once here, not looked up per call.
         run: Callable[[], object] = rerun
+        pick = _pick(src) if src else None
         if shared:
             # Outputs that are views of one storage: its bytes are copied whole, views kept.
             def run() -> None:
@@ -126,6 +132,9 @@ class _EmulatedGraph:
         self._run: Callable[[], object] | None = run
         self._pool = pool
         self._blocks = blocks
+        self.inline_copies: tuple[list[torch.Tensor], tuple[int, ...]] | None = (
+            None if shared else (dst, tuple(src))
+        )
 
     def replay(self) -> None:
         run = self._run
@@ -139,6 +148,7 @@ class _EmulatedGraph:
             run()
 
     def reset(self) -> None:
+        self.inline_copies = None
         arena = self._pool._arena
         assert arena is not None
         for block in self._blocks:
@@ -217,7 +227,7 @@ class EmulatedBackend:
                 static[i] = buffer
                 dst.append(buffer)
                 src.append(i)
-        graph = _EmulatedGraph(rerun, dst, _pick(src) if src else None, pool, blocks, shared)
+        graph = _EmulatedGraph(rerun, dst, src, pool, blocks, shared)
         return graph, static
 
     def checkpoint(self, pool: PoolHandle) -> bool:
@@ -348,6 +358,8 @@ class _Npu:
 
 
 class _DeviceGraph:
+    inline_copies: tuple[list[torch.Tensor], tuple[int, ...]] | None = None  # replay() only
+
     def __init__(self, graph: Any) -> None:
         self._graph = graph
         self.replay = graph.replay

@@ -25,7 +25,6 @@ __all__ = ["GraphRunner"]
 log = logging.getLogger("npu_mempool")
 
 _DATA_PTR = torch.Tensor.data_ptr
-_MISS = object()  # returned by an entry whose address guard failed
 _NO_KEY = object()  # key of every call before the argument layout is known
 
 
@@ -42,7 +41,19 @@ def _pick(indices: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
 class _Layout:
     """Which positional argument is what, fixed at the first call."""
 
-    def __init__(self, args: tuple[Any, ...], kinds: Sequence[InputKind] | None, frozen: bool):
+    def __init__(
+        self,
+        args: tuple[Any, ...],
+        kinds: Sequence[InputKind] | None,
+        frozen: bool,
+        guarded: Sequence[bool] | None,
+    ):
+        if guarded is not None and len(guarded) != len(args):
+            raise InputLayoutError(
+                f"guarded names {len(guarded)} argument(s) but the call passed {len(args)}; "
+                "give one flag per positional argument"
+            )
+        self.guarded = [bool(g) for g in guarded] if guarded is not None else [False] * len(args)
         if kinds is None:
             kinds = [InputKind.USER] * len(args)
         if len(kinds) != len(args):
@@ -72,17 +83,24 @@ class _Layout:
         # ``1``, ``1.0`` and ``True`` compare equal but do not give the same graph.
         # Generated once per runner: a flat tuple expression, the cheapest key Python can build
         # (about as fast as the shape alone; map/unpacking over pickers costs several times more).
+        # Arguments the caller guards itself (Dynamo checks shapes, dtypes and strides of a
+        # graph compiled with static shapes before calling it) stay out of the key; with every
+        # argument guarded the key is a constant and a call computes nothing.
         mutated = set(self.mutated)
-        parts = ["len(a)"]
+        parts = [] if all(self.guarded) else ["len(a)"]
         for i in sorted(self.user + self.mutated):
+            if self.guarded[i]:
+                continue
             parts += [f"a[{i}].shape", f"a[{i}].dtype"]
             if i in mutated:
                 parts.append(f"a[{i}].stride()")
         for i in self.scalars:
-            parts += [f"a[{i}]", f"type(a[{i}])"]
+            if not self.guarded[i]:
+                parts += [f"a[{i}]", f"type(a[{i}])"]
         # The source is built from integer indices only: nothing user-controlled is evaluated.
+        self.key_source = f"({', '.join(parts)},)" if parts else "()"
         key: Callable[[tuple[Any, ...]], Hashable] = eval(
-            f"lambda a: ({', '.join(parts)},)", {"len": len, "type": type}
+            f"lambda a: {self.key_source}", {"len": len, "type": type}
         )
         return key
 
@@ -134,7 +152,7 @@ class _Entry:
         self.key = key
         self.graph = graph
         self.ptrs = ptrs
-        self.run: Callable[[tuple[Any, ...]], Any] = lambda args: _MISS
+        self.run: Callable[[tuple[Any, ...]], Any] = lambda args: None
         self.first_result: Callable[[], Any] = lambda: None
 
 
@@ -156,6 +174,11 @@ class GraphRunner:
         specialize: Called as ``specialize(key, args)`` once per new key before its capture;
             returns the callable to capture for that key (shape-specialised kernels).
         name: Shown in logs, warnings and errors.
+        guarded: One flag per positional argument: ``True`` where the caller itself guarantees
+            that the argument's shape, dtype and strides (or, for a non-tensor, its value) are
+            the same on every call, as Dynamo's guards do for a graph compiled with static
+            shapes. Guarded arguments are left out of the graph key; with all of them guarded,
+            finding the graph costs nothing. Default: none.
 
     Inference only: captures and emulated replays run without autograd.
 
@@ -172,8 +195,19 @@ class GraphRunner:
         options: CaptureOptions = CaptureOptions(),  # noqa: B008 (frozen, shared safely)
         specialize: Callable[[Hashable, tuple[Any, ...]], Callable[..., Any]] | None = None,
         name: str | None = None,
+        guarded: Sequence[bool] | None = None,
     ) -> None:
         self._fn = fn
+        self._guarded = tuple(guarded) if guarded is not None else None
+        if (
+            self._guarded is not None
+            and input_kinds is not None
+            and len(self._guarded) != len(input_kinds)
+        ):
+            raise InputLayoutError(
+                f"guarded has {len(self._guarded)} flag(s) but input_kinds names "
+                f"{len(input_kinds)} argument(s); give both one entry per positional argument"
+            )
         self._kinds = tuple(input_kinds) if input_kinds is not None else None
         given: tuple[object, ...] = self._kinds or ()  # typed loosely: callers pass anything
         wrong = [k for k in given if not isinstance(k, InputKind)]
@@ -194,6 +228,16 @@ class GraphRunner:
         # would keep its device memory alive until the garbage collector runs.
         this = weakref.ref(self)
         self.counters = Counters(pool_bytes=lambda: _pool_bytes_of(this()))
+
+        def miss(args: tuple[Any, ...]) -> Any:
+            runner = this()
+            assert runner is not None, "a replay path outlived its runner"
+            return runner._miss(args)
+
+        # What a replay path calls when its address check fails; weak for the same reason.
+        self._weak_miss = miss
+        # Functions made by as_function(), told when the key function changes.
+        self._functions: list[weakref.ref[Callable[..., Any]]] = []
         self._graphs: dict[Hashable, Callable[[tuple[Any, ...]], Any]] = {}
         self._entries: dict[Hashable, _Entry] = {}
         # Graphs of a key captured for other parameter addresses (two module instances sharing
@@ -232,14 +276,46 @@ class GraphRunner:
     def __call__(self, *args: Any) -> Any:
         """Run ``fn(*args)``: replay its graph for this key, capturing it on first sight."""
         try:
-            run = self._graphs.get(self._key(args))
-        except (AttributeError, IndexError, TypeError) as exc:
-            raise self._layout_error(args) from exc
-        if run is not None:
-            out = run(args)
-            if out is not _MISS:
-                return out
-        return self._miss(args)
+            run = self._graphs.get(self._key(args), self._miss)
+        except (AttributeError, IndexError, TypeError):
+            run = self._miss  # raises the layout error
+        return run(args)
+
+    def as_function(self) -> Callable[..., Any]:
+        """A plain function that does what calling the runner does, at a lower cost per call.
+
+        For frameworks that hold one callable per graph and call it in a hot loop (a
+        ``torch.compile`` backend): it saves the bound-method call of ``__call__`` and, where
+        the key is known when it is made (every argument ``guarded``, or after the first call),
+        the call of the key function. The function keeps the runner alive.
+        """
+        namespace: dict[str, Any] = {
+            "get": self._graphs.get,
+            "miss": self._miss,
+            "key": self._key,
+            "errors": (AttributeError, IndexError, TypeError),
+            "len": len,
+            "type": type,
+        }
+        if self._layout is not None:
+            key = self._layout.key_source
+        elif self._guarded is not None and all(self._guarded):
+            key = "()"
+        else:
+            key = "key(a)"  # until the first call fixes the layout; see _miss
+        source = (
+            "def call(*a):\n"
+            "    try:\n"
+            f"        run = get({key}, miss)\n"
+            "    except errors:\n"
+            "        run = miss  # raises the layout error\n"
+            "    return run(a)\n"
+        )
+        exec(source, namespace)  # a fixed source around the layout's key (integer indices only)
+        function: Callable[..., Any] = namespace.pop("call")
+        function.__name__ = function.__qualname__ = self.name
+        self._functions.append(weakref.ref(function))
+        return function
 
     def reset(self) -> None:
         """Free every graph (and the runner's own pool); the next call captures again."""
@@ -269,8 +345,14 @@ class GraphRunner:
         if self._eager:
             return self._eager_call(args)
         if self._layout is None:
-            self._layout = _Layout(args, self._kinds, self._options.frozen_parameters)
+            self._layout = _Layout(
+                args, self._kinds, self._options.frozen_parameters, self._guarded
+            )
             self._key = self._layout.key
+            for ref in self._functions:
+                function = ref()
+                if function is not None:
+                    function.__globals__["key"] = self._key
         try:
             key = self._key(args)
             hash(key)
@@ -472,6 +554,7 @@ class GraphRunner:
 
         static_args = list(args)
         structure: list[_Output] = []
+        writes_user: list[bool] = []
 
         def body(static_like: Callable[[torch.Tensor], torch.Tensor]) -> Any:
             for i in layout.user:
@@ -480,7 +563,13 @@ class GraphRunner:
                 # tensor): such an input gets a pool buffer as with clone_input.
                 if options.clone_input or torch._debug_has_internal_overlap(args[i]) == 1:
                     static_args[i] = static_like(args[i])
+            versions = [static_args[i]._version for i in layout.user]
             out = fn(*static_args)
+            # Whether the callable writes into an input it was given as USER (its static copy
+            # on a device): the emulated replay may read the caller's tensors only if it does not.
+            writes_user[:] = [
+                static_args[i]._version != v for i, v in zip(layout.user, versions, strict=True)
+            ]
             shape = _Output(out)
             structure.append(shape)
             inputs = [static_args[i] for i in layout.tensors]
@@ -519,18 +608,22 @@ class GraphRunner:
             captured, start = pool._captured, len(pool._captured)
             captured.append(epoch)
         entry = _Entry(key, graph, ptrs, epoch)
-        self._build_run(entry, shape, static_leaves, owned, static_args, captured, start)
+        self._build_run(
+            entry, fn, shape, static_leaves, owned, static_args, captured, start, any(writes_user)
+        )
         return entry
 
     def _build_run(
         self,
         entry: _Entry,
+        fn: Callable[..., Any],
         shape: _Output,
         static_leaves: list[Any],
         owned: list[bool],
         static_args: list[Any],
         captured: list[Epoch],
         start: int,
+        writes_user: bool,
     ) -> None:
         """Prepare everything the replay path needs, so a call only copies, replays, returns."""
         layout = self._layout
@@ -541,9 +634,7 @@ class GraphRunner:
         mine = self.counters
         total = counters
 
-        watched = _pick(layout.watched) if layout.watched else None
         ptrs = entry.ptrs
-        user = _pick(layout.user) if layout.user else None
         dst = [static_args[i] for i in layout.user]
         clone_input = options.clone_input
 
@@ -589,45 +680,133 @@ class GraphRunner:
             def finish() -> Any:
                 return result
 
-        foreach_copy = torch._foreach_copy_
-        run: Callable[[tuple[Any, ...]], Any]
-        if watched is None and user is not None and clone_input and constant:
-            # The common case, kept free of branches: one batched copy, one replay.
-            def run(args: tuple[Any, ...]) -> Any:
-                foreach_copy(dst, user(args))
-                replay()
-                mine.replays += 1
-                total.replays += 1
-                return result
-
-        elif watched is not None and user is not None and clone_input and constant:
-            # The same with parameters or mutated inputs: one address check first.
-            def run(args: tuple[Any, ...]) -> Any:
-                if tuple(map(_DATA_PTR, watched(args))) != ptrs:
-                    return _MISS
-                foreach_copy(dst, user(args))
-                replay()
-                mine.replays += 1
-                total.replays += 1
-                return result
-
-        else:
-
-            def run(args: tuple[Any, ...]) -> Any:
-                if watched is not None and tuple(map(_DATA_PTR, watched(args))) != ptrs:
-                    return _MISS
-                if user is not None:
-                    if clone_input:
-                        foreach_copy(dst, user(args))
-                    else:
-                        _copy_moved(dst, user(args))
-                replay()
-                mine.replays += 1
-                total.replays += 1
-                return finish()
-
-        entry.run = run
+        entry.run = _generate_run(
+            watched=[(i, ptr) for i, ptr in zip(layout.watched, ptrs, strict=True)],
+            user=layout.user,
+            dst=dst,
+            clone_input=clone_input,
+            replay=replay,
+            inline=entry.graph.inline_copies,
+            fn=fn,
+            static_args=tuple(static_args),
+            # The emulated replay may run on the caller's USER tensors (see _generate_run) when
+            # that cannot be told apart from running on the static copies.
+            read_callers=clone_input and constant and not writes_user,
+            strides=[(i, static_args[i].stride()) for i in layout.user if not layout.guarded[i]],
+            output_kind=shape.kind,
+            miss=self._weak_miss,
+            flatten=shape.flatten(),
+            counters=(mine, total),
+            result=result if constant else None,
+            finish=None if constant else finish,
+        )
         entry.first_result = finish
+
+
+def _generate_run(
+    *,
+    watched: list[tuple[int, int]],
+    user: list[int],
+    dst: list[torch.Tensor],
+    clone_input: bool,
+    replay: Callable[[], None],
+    inline: tuple[list[torch.Tensor], tuple[int, ...]] | None,
+    fn: Callable[..., Any],
+    static_args: tuple[Any, ...],
+    read_callers: bool,
+    strides: list[tuple[int, tuple[int, ...]]],
+    output_kind: str,
+    miss: Callable[[tuple[Any, ...]], Any],
+    flatten: Callable[[Any], Sequence[Any]],
+    counters: tuple[Counters, Counters],
+    result: Any,
+    finish: Callable[[], Any] | None,
+) -> Callable[[tuple[Any, ...]], Any]:
+    """Write one graph's replay path as a single straight-line function.
+
+    The replay path is the per-call price of reduce-overhead, and on a small step it is made of
+    Python frames and op dispatches more than of work: a closure per stage (address check, input
+    picker, replay, re-run, output picker) costs several microseconds. Generated once per
+    captured graph, the function indexes the arguments at literal positions, compares watched
+    addresses with literal values and, for an emulated graph, inlines the re-run and its batched
+    output copy. The source is made of integers and fixed names only; every object it uses comes
+    in through its namespace.
+
+    Returns:
+        ``run(args)``: the graph's output; where a watched address moved, what ``miss(args)``
+        (the runner's slow path) returns.
+    """
+    namespace: dict[str, Any] = {
+        "miss": miss,
+        "copy": torch._foreach_copy_,
+        "copy_moved": _copy_moved,
+        "dst": dst,
+        "replay": replay,
+        "mine": counters[0],
+        "total": counters[1],
+        "result": result,
+        "finish": finish,
+    }
+    lines = ["def run(a):"]
+    if watched:
+        namespace.update({f"p{i}": ptr for i, ptr in watched})
+        checks = " or ".join(f"a[{i}].data_ptr() != p{i}" for i, _ in watched)
+        lines += [f"    if {checks}:", "        return miss(a)"]
+    picked_user = "".join(f"a[{i}], " for i in user)
+    copy_in = [f"{'copy' if clone_input else 'copy_moved'}(dst, ({picked_user}))"] if user else []
+    if inline is None:
+        body = [*copy_in, "replay()"]
+    else:
+        # An emulated graph: what EmulatedGraph.replay does, minus its frames. Under autograd a
+        # replay still goes through replay(), which turns recording off.
+        targets, sources = inline
+        namespace.update(fn=fn, static=static_args, grad_enabled=torch.is_grad_enabled)
+        namespace.update(out_dst=targets, flatten=flatten)
+        picked_out = "".join(f"out[{i}], " for i in sources)
+        wrap = {"tensor": "({},)", "tree": "flatten({})"}.get(output_kind, "{}")
+        slow = [*copy_in, "replay()"]
+        if read_callers and user:
+            # Run on the caller's USER tensors, then copy them into the static inputs in the
+            # same batched copy as the outputs (inputs first: an input may be an output of the
+            # previous replay). Nothing tells this apart from copying first and running on the
+            # static copies: the callable writes none of them (checked at capture), their
+            # strides are the static copies' strides (guarded by the caller, or checked here),
+            # and every other argument is the captured one. It saves an op dispatch per replay,
+            # the largest share of the emulation's cost on a small step.
+            namespace["io_dst"] = dst + targets
+            namespace.update({f"t{i}": stride for i, stride in strides})
+            namespace.update({f"s{i}": value for i, value in enumerate(static_args)})
+            arguments = ", ".join(
+                f"a[{i}]" if i in user else f"s{i}" for i in range(len(static_args))
+            )
+            condition = " or ".join(
+                ["grad_enabled()", *(f"a[{i}].stride() != t{i}" for i, _ in strides)]
+            )
+            fast = [
+                f"out = {wrap.format(f'fn({arguments})')}",
+                f"copy(io_dst, ({picked_user}{picked_out}))",
+            ]
+        else:
+            condition = "grad_enabled()"
+            rerun = wrap.format("fn(*static)")
+            fast = (
+                [*copy_in, f"out = {rerun}", f"copy(out_dst, ({picked_out}))"]
+                if sources
+                else [*copy_in, rerun]
+            )
+        body = [
+            f"if {condition}:",
+            *(f"    {line}" for line in slow),
+            "else:",
+            *(f"    {line}" for line in fast),
+        ]
+    lines += [f"    {line}" for line in body]
+    lines += ["    mine.replays += 1", "    total.replays += 1"]
+    lines.append("    return result" if finish is None else "    return finish()")
+    exec("\n".join(lines), namespace)  # integers and fixed names only, see above
+    # Popped: left in its own globals, the function would form a cycle only the GC can free.
+    run: Callable[[tuple[Any, ...]], Any] = namespace.pop("run")
+    return run
 
 
 def _same_device(pool: torch.device, tensors: torch.device) -> bool:
