@@ -24,3 +24,38 @@ def test_alternating_instances_replay_instead_of_recapturing(device: torch.devic
             for _ in range(3):
                 torch.testing.assert_close(step_a(x), first(x))
                 torch.testing.assert_close(step_b(x), second(x))
+
+
+class _CachedDecoder(torch.nn.Module):
+    """A projection plus a KV-cache buffer written in place at a position (a MUTATED input)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.register_buffer("cache", torch.zeros(16, 8))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        self.cache.index_copy_(0, pos, self.proj(x))
+        return self.cache.sum(0)
+
+
+def test_instances_with_separate_kv_caches_alternate_by_replaying(device: torch.device) -> None:
+    torch.manual_seed(0)
+    models = [_CachedDecoder().to(device) for _ in range(2)]
+    references = [_CachedDecoder().to(device) for _ in range(2)]
+    for model, reference in zip(models, references, strict=True):
+        reference.load_state_dict(model.state_dict())
+    backend = npu_compile.get_npu_backend()
+    steps = [torch.compile(m, backend=backend, fullgraph=True, dynamic=False) for m in models]
+    with torch.no_grad():
+        for index in range(2):  # one capture per instance (its parameters and its cache)
+            x, pos = torch.randn(1, 8, device=device), torch.tensor([0], device=device)
+            torch.testing.assert_close(steps[index](x, pos), references[index](x, pos))
+        with npu_mempool.counters.expect(captures=0, replays=6):
+            for position in range(1, 4):
+                for index in range(2):
+                    x = torch.randn(1, 8, device=device)
+                    pos = torch.tensor([position], device=device)
+                    torch.testing.assert_close(steps[index](x, pos), references[index](x, pos))
+    for model, reference in zip(models, references, strict=True):
+        torch.testing.assert_close(model.cache, reference.cache)

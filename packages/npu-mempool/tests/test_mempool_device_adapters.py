@@ -151,12 +151,28 @@ def test_no_rewind_when_mode2_is_off(fake_npu: FakeTorchNpu) -> None:
 
 
 def test_recapture_resets_the_old_npu_graph(fake_npu: FakeTorchNpu) -> None:
-    runner = GraphRunner(lambda x, c: c.add_(x), input_kinds=[InputKind.USER, InputKind.MUTATED])
-    runner(torch.ones(2), torch.zeros(2))
+    runner = GraphRunner(
+        lambda x, c: c.add_(x) * 1, input_kinds=[InputKind.USER, InputKind.MUTATED]
+    )
+    runner(torch.ones(2), torch.zeros(2))  # this cache dies after the call
     old = fake_npu.graphs[-1]
     runner(torch.ones(2), torch.zeros(2))
     assert old.resets == 1
     assert runner.counters.recapture_reasons == {"mutated_input_moved": 1}
+
+
+def test_a_live_second_cache_keeps_the_npu_graph(fake_npu: FakeTorchNpu) -> None:
+    runner = GraphRunner(
+        lambda x, c: c.add_(x) * 1, input_kinds=[InputKind.USER, InputKind.MUTATED]
+    )
+    first, second = torch.zeros(2), torch.zeros(2)
+    runner(torch.ones(2), first)
+    old = fake_npu.graphs[-1]
+    runner(torch.ones(2), second)
+    runner(torch.ones(2), first)
+    assert old.resets == 0
+    assert runner.counters.captures == 2
+    assert runner.counters.replays == 3  # a device capture records only: each call replays
 
 
 def test_missing_checkpoint_hooks_turn_mode2_off(

@@ -98,11 +98,14 @@ def test_parameter_sets_count_toward_the_capture_limit() -> None:
         lambda x, w: x * w, input_kinds=[U, P], options=CaptureOptions(capture_limit=2)
     )
     x = torch.ones(2)
-    runner(x, torch.full((2,), 2.0))
-    runner(x, torch.full((2,), 3.0))
+    # Kept alive: a dead weight's address may be reused by the next one, which then (rightly,
+    # as on a device) replays the graph captured at that address.
+    weights = [torch.full((2,), v) for v in (2.0, 3.0, 4.0)]
+    runner(x, weights[0])
+    runner(x, weights[1])
     assert runner.num_graphs == 2
     with pytest.warns(CaptureLimitWarning, match="capture limit of 2"):
-        assert runner(x, torch.full((2,), 4.0)).tolist() == [4, 4]
+        assert runner(x, weights[2]).tolist() == [4, 4]
     assert runner.num_graphs == 0
 
 
@@ -134,8 +137,51 @@ def test_mutated_input_is_updated_in_place_and_its_move_recaptures() -> None:
     with runner.counters.expect(captures=1, recapture_reasons={"mutated_input_moved": 1}):
         assert runner(torch.ones(2), other, 0).tolist() == [1, 1]
     assert other[0].tolist() == [1, 1]
-    assert cache[0].tolist() == [3, 3]  # the old cache is no longer written
+    assert cache[0].tolist() == [3, 3]  # the old cache is not written
+    # Both caches live on (two model instances): the first graph was kept, switching back replays.
+    assert runner.num_graphs == 3
+    with runner.counters.expect(captures=0, replays=2):
+        assert runner(torch.full((2,), 4.0), cache, 0).tolist() == [6, 6]
+        assert runner(torch.full((2,), 5.0), other, 0).tolist() == [5, 5]
+    assert cache.tolist() == [[4, 4], [2, 2], [0, 0], [0, 0]]
+    assert other.tolist() == [[5, 5], [0, 0], [0, 0], [0, 0]]
+
+
+def test_a_replaced_cache_recaptures_and_frees_the_old_graph() -> None:
+    def step(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        cache.add_(x)
+        return cache * 2
+
+    runner = GraphRunner(step, input_kinds=[U, M])
+    cache = torch.zeros(3)
+    runner(torch.ones(3), cache)
+    keep_alive = [torch.empty(3) for _ in range(4)]  # so the new cache lands elsewhere
+    cache = torch.zeros(3)  # the old cache dies here: its graph can never be right again
+    with runner.counters.expect(captures=1, recapture_reasons={"mutated_input_moved": 1}):
+        assert runner(torch.ones(3), cache).tolist() == [2, 2, 2]
+    assert runner.num_graphs == 1
+    del keep_alive
+
+
+def test_alternating_separate_caches_replays_until_one_dies() -> None:
+    def step(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        cache.add_(x)
+        return cache.sum(0)
+
+    runner = GraphRunner(step, input_kinds=[U, M])
+    caches = [torch.zeros(2, 2), torch.zeros(2, 2)]
+    with runner.counters.expect(captures=2, replays=4):
+        for _ in range(3):
+            for cache in caches:
+                runner(torch.ones(2, 2), cache)
+    assert [c.tolist() for c in caches] == [[[3, 3], [3, 3]]] * 2
+    # One instance goes away; a third takes its place: the dead one's graph is dropped.
+    keep_alive = [torch.empty(2, 2) for _ in range(4)]
+    caches[0] = torch.zeros(2, 2)
+    runner(torch.ones(2, 2), caches[0])
+    runner(torch.ones(2, 2), caches[1])
     assert runner.num_graphs == 2
+    del keep_alive
 
 
 def test_each_call_runs_the_callable_once_so_in_place_updates_are_not_doubled() -> None:

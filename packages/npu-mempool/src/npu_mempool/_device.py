@@ -29,6 +29,7 @@ __all__ = [
     "Body",
     "DeviceBackend",
     "EmulatedBackend",
+    "EmulatedGraph",
     "Graph",
     "GraphBackend",
     "backend_for",
@@ -98,7 +99,7 @@ def _pick(indices: list[int]) -> Callable[[Any], tuple[Any, ...]]:
     return itemgetter(*indices)
 
 
-class _EmulatedGraph:
+class EmulatedGraph:
     """Replay re-runs the captured callable and copies its results into the static outputs."""
 
     def __init__(
@@ -136,6 +137,10 @@ class _EmulatedGraph:
             None if shared else (dst, tuple(src))
         )
 
+    def forget_rerun(self) -> None:
+        """Drop the re-run (and the inputs it holds): the runner replays this graph inline."""
+        self._run = _inline_only
+
     def replay(self) -> None:
         run = self._run
         if run is None:
@@ -155,6 +160,12 @@ class _EmulatedGraph:
             arena.free(block)
         self._blocks = []
         self._run = None
+
+
+def _inline_only() -> None:
+    raise RuntimeError(
+        "this emulated graph is replayed by its GraphRunner's generated replay path only"
+    )
 
 
 class EmulatedBackend:
@@ -227,7 +238,7 @@ class EmulatedBackend:
                 static[i] = buffer
                 dst.append(buffer)
                 src.append(i)
-        graph = _EmulatedGraph(rerun, dst, src, pool, blocks, shared)
+        graph = EmulatedGraph(rerun, dst, src, pool, blocks, shared)
         return graph, static
 
     def checkpoint(self, pool: PoolHandle) -> bool:

@@ -22,8 +22,10 @@ class InputKind(enum.Enum):
             and a later call with another address recaptures that graph, unless
             ``CaptureOptions.frozen_parameters`` promises that addresses never change.
         MUTATED: Inputs updated in place by the graph (a KV cache, a step counter). Never copied, so
-            the update lands in the caller's tensor; a new address recaptures the graph of that key
-            (reason ``"mutated_input_moved"``).
+            the update lands in the caller's tensor; a new address captures a graph for it (reason
+            ``"mutated_input_moved"``). While the tensors of the old graph still live (two model
+            instances, each with its cache), the old graph is kept and alternating replays; once
+            one of them died (a replaced cache), the old graph is freed.
         USER: Everything else. Copied into a static buffer before every replay (see
             ``CaptureOptions.clone_input``).
     """

@@ -11,10 +11,11 @@ from operator import itemgetter
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from npu_mempool._counters import Counters, counters
-from npu_mempool._device import GraphBackend, backend_for
+from npu_mempool._device import EmulatedGraph, GraphBackend, backend_for
 from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._pool import PoolHandle
 from npu_mempool._stale import Epoch, guard
@@ -145,13 +146,23 @@ class _Output:
 class _Entry:
     """One captured graph and what its replay path needs, prepared once."""
 
-    __slots__ = ("epoch", "first_result", "graph", "key", "ptrs", "run")
+    __slots__ = ("epoch", "first_result", "graph", "key", "ptrs", "run", "storages")
 
-    def __init__(self, key: Hashable, graph: Any, ptrs: tuple[int, ...], epoch: Epoch) -> None:
+    def __init__(
+        self,
+        key: Hashable,
+        graph: Any,
+        ptrs: tuple[int, ...],
+        epoch: Epoch,
+        storages: tuple[StorageWeakRef, ...],
+    ) -> None:
         self.epoch = epoch
         self.key = key
         self.graph = graph
         self.ptrs = ptrs
+        # The storages of the MUTATED inputs at capture, held weakly: while they all live, the
+        # graph still serves the caller's tensors; once one died, the graph is stale.
+        self.storages = storages
         self.run: Callable[[tuple[Any, ...]], Any] = lambda args: None
         self.first_result: Callable[[], Any] = lambda: None
 
@@ -367,9 +378,14 @@ class GraphRunner:
             raise self._layout_error(args)
         old = self._entries.get(key)
         reason = None
+        keep = False
         if old is not None:
             reason = self._moved(old, args)
-            if reason == "parameter_moved":
+            # Another parameter set, or other MUTATED tensors while the captured ones still live
+            # (two model instances, each with its KV cache): keep the old graph as a variant, so
+            # that alternating replays. A MUTATED tensor that died was replaced: its graph goes.
+            keep = reason == "parameter_moved" or _alive(old)
+            if keep:
                 variant = self._switch_variant(key, old, args)
                 if variant is not None:
                     return variant.run(args)
@@ -392,8 +408,7 @@ class GraphRunner:
         except Exception as exc:
             return self._capture_failed(key, args, exc)
         if old is not None:
-            if reason == "parameter_moved":
-                # Another parameter set of the same key: keep the old graph as a variant.
+            if keep:
                 self._variants.setdefault(key, []).append(old)
             else:
                 old.epoch.value += 1  # its outputs lose their graph (and, soon, their memory)
@@ -434,6 +449,10 @@ class GraphRunner:
         variants = self._variants.get(key)
         if not variants:
             return None
+        for stale in [v for v in variants if not _alive(v)]:
+            variants.remove(stale)  # its KV cache died: it can never be right again
+            stale.epoch.value += 1
+            stale.graph.reset()
         layout = self._layout
         assert layout is not None
         now = tuple(map(_DATA_PTR, _pick(layout.watched)(args)))
@@ -607,10 +626,17 @@ class GraphRunner:
         if options.check_output_overwrite and not self._options.rewinds_pool:
             captured, start = pool._captured, len(pool._captured)
             captured.append(epoch)
-        entry = _Entry(key, graph, ptrs, epoch)
+        storages = tuple(_storage_ref(args[i]) for i in layout.mutated)
+        entry = _Entry(key, graph, ptrs, epoch, storages)
         self._build_run(
             entry, fn, shape, static_leaves, owned, static_args, captured, start, any(writes_user)
         )
+        if isinstance(graph, EmulatedGraph) and graph.inline_copies is not None:
+            # The generated path passes the call's own tensors for watched inputs; the graph
+            # must not keep the captured ones alive (a device graph keeps no tensor alive).
+            for i in layout.watched:
+                static_args[i] = None
+            graph.forget_rerun()
         return entry
 
     def _build_run(
@@ -757,43 +783,45 @@ def _generate_run(
     if inline is None:
         body = [*copy_in, "replay()"]
     else:
-        # An emulated graph: what EmulatedGraph.replay does, minus its frames. Under autograd a
-        # replay still goes through replay(), which turns recording off.
+        # An emulated graph: what EmulatedGraph.replay does, inlined. The re-run receives the
+        # static copies of the USER inputs and, for watched inputs (mutated ones, parameters
+        # unless frozen), the call's own tensors: they passed the address check, so they are the
+        # captured memory, and the graph keeps no reference to them, as a device graph keeps
+        # none (a replaced KV cache must be free to die). Under autograd it runs without
+        # recording, as a replay does.
         targets, sources = inline
-        namespace.update(fn=fn, static=static_args, grad_enabled=torch.is_grad_enabled)
+        namespace.update(fn=fn, no_grad=torch.no_grad, grad_enabled=torch.is_grad_enabled)
         namespace.update(out_dst=targets, flatten=flatten)
+        live = {i for i, _ in watched}
+        namespace.update({f"s{i}": v for i, v in enumerate(static_args) if i not in live})
         picked_out = "".join(f"out[{i}], " for i in sources)
         wrap = {"tensor": "({},)", "tree": "flatten({})"}.get(output_kind, "{}")
-        slow = [*copy_in, "replay()"]
+        count = len(static_args)
+        statics = ", ".join(f"a[{i}]" if i in live else f"s{i}" for i in range(count))
+        callers = ", ".join(f"a[{i}]" if i in live or i in user else f"s{i}" for i in range(count))
+        slow = [*copy_in, "with no_grad():", f"    out = {wrap.format(f'fn({statics})')}"]
+        slow += [f"copy(out_dst, ({picked_out}))"] if sources else []
         if read_callers and user:
-            # Run on the caller's USER tensors, then copy them into the static inputs in the
-            # same batched copy as the outputs (inputs first: an input may be an output of the
-            # previous replay). Nothing tells this apart from copying first and running on the
-            # static copies: the callable writes none of them (checked at capture), their
-            # strides are the static copies' strides (guarded by the caller, or checked here),
-            # and every other argument is the captured one. It saves an op dispatch per replay,
-            # the largest share of the emulation's cost on a small step.
+            # Run on the caller's USER tensors too, then copy them into the static inputs in
+            # the same batched copy as the outputs (inputs first: an input may be an output of
+            # the previous replay). Nothing tells this apart from copying first: the callable
+            # writes none of them (checked at capture) and their strides are the static
+            # copies' (guarded by the caller, or checked here). It saves an op dispatch per
+            # replay, the largest share of the emulation's cost on a small step.
             namespace["io_dst"] = dst + targets
             namespace.update({f"t{i}": stride for i, stride in strides})
-            namespace.update({f"s{i}": value for i, value in enumerate(static_args)})
-            arguments = ", ".join(
-                f"a[{i}]" if i in user else f"s{i}" for i in range(len(static_args))
-            )
             condition = " or ".join(
                 ["grad_enabled()", *(f"a[{i}].stride() != t{i}" for i, _ in strides)]
             )
             fast = [
-                f"out = {wrap.format(f'fn({arguments})')}",
+                f"out = {wrap.format(f'fn({callers})')}",
                 f"copy(io_dst, ({picked_user}{picked_out}))",
             ]
         else:
             condition = "grad_enabled()"
-            rerun = wrap.format("fn(*static)")
-            fast = (
-                [*copy_in, f"out = {rerun}", f"copy(out_dst, ({picked_out}))"]
-                if sources
-                else [*copy_in, rerun]
-            )
+            rerun = wrap.format(f"fn({statics})")
+            fast = [*copy_in, f"out = {rerun}"]
+            fast += [f"copy(out_dst, ({picked_out}))"] if sources else []
         body = [
             f"if {condition}:",
             *(f"    {line}" for line in slow),
@@ -807,6 +835,16 @@ def _generate_run(
     # Popped: left in its own globals, the function would form a cycle only the GC can free.
     run: Callable[[tuple[Any, ...]], Any] = namespace.pop("run")
     return run
+
+
+def _storage_ref(tensor: torch.Tensor) -> StorageWeakRef:
+    """A weak reference to the tensor's storage (alive as long as any view of it is)."""
+    return StorageWeakRef(tensor.untyped_storage())  # type: ignore[no-untyped-call]
+
+
+def _alive(entry: _Entry) -> bool:
+    """Whether every MUTATED tensor the entry was captured with still exists."""
+    return not any(storage.expired() for storage in entry.storages)  # type: ignore[no-untyped-call]
 
 
 def _same_device(pool: torch.device, tensors: torch.device) -> bool:
