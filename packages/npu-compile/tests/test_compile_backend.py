@@ -378,3 +378,18 @@ def test_graph_break_block_called_twice_with_output_clone_matches_eager() -> Non
     compiled = torch.compile(model, backend=get_npu_backend(compiler_config=config))
     with torch.no_grad(), pytest.raises(Exception, match="overwritten by a later replay"):
         compiled(torch.randn(2, 4))
+
+
+def test_capture_limit_warns_with_the_option_name_and_keeps_numbers_right() -> None:
+    model, reference = _pair()
+    config = CompilerConfig()
+    config.debug.aclgraph.static_capture_size_limit = 2
+    compiled = torch.compile(model, backend=get_npu_backend(compiler_config=config), dynamic=True)
+    with torch.no_grad():
+        for n in (2, 3):
+            x, pos = torch.randn(n, 4), torch.arange(n)
+            torch.testing.assert_close(compiled(x, pos), reference(x, pos))
+        x, pos = torch.randn(5, 4), torch.arange(5)
+        with pytest.warns(npu_mempool.CaptureLimitWarning, match="static_capture_size_limit"):
+            torch.testing.assert_close(compiled(x, pos), reference(x, pos))
+    torch.testing.assert_close(model.cache, reference.cache)

@@ -215,14 +215,29 @@ def test_multi_process_without_local_world_size_warns_once_and_turns_off(
 
 
 @pytest.mark.parametrize(("value", "match"), [("abc", "not a positive integer"), ("3", "divide")])
-def test_bad_local_world_size_is_a_config_error(
+def test_bad_local_world_size_is_a_config_error_when_strict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, match: str
 ) -> None:
     _fake_distributed(monkeypatch, rank=0, world=4)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+    compiler = StaticKernelCompiler(tmp_path, builder=FileBuilder(), strict=True)
     with pytest.raises(ConfigError, match=match) as info:
-        StaticKernelCompiler(tmp_path, builder=FileBuilder()).compile_static(GM, [torch.ones(3), 2])
+        compiler.compile_static(GM, [torch.ones(3), 2])
     assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(("value", "match"), [("abc", "not a positive integer"), ("3", "divide")])
+def test_bad_local_world_size_warns_and_turns_off_when_not_strict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, match: str
+) -> None:
+    _fake_distributed(monkeypatch, rank=0, world=4)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+    builder = FileBuilder()
+    compiler = StaticKernelCompiler(tmp_path, builder=builder)
+    with pytest.warns(StaticKernelDisabledWarning, match=match):
+        assert compiler.compile_static(GM, [torch.ones(3), 2]) == GM.forward
+    assert not compiler.enabled
+    assert builder.built == []
 
 
 def test_only_local_rank_zero_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -468,8 +468,9 @@ class GraphRunner:
         warnings.warn(
             f"GraphRunner {self.name!r} reached its capture limit of "
             f"{self._options.capture_limit} graphs; its graphs are freed and it runs eagerly from "
-            "now on. Pad inputs to a few shapes (bucketing), or raise "
-            "CaptureOptions(capture_limit=...).",
+            "now on. Pad inputs to a few shapes (bucketing), or raise the limit: "
+            "CaptureOptions(capture_limit=...), which TorchAir-style configs spell "
+            "debug.aclgraph.static_capture_size_limit.",
             CaptureLimitWarning,
             stacklevel=3,
         )

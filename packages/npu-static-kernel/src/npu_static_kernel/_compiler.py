@@ -23,6 +23,7 @@ from npu_static_kernel._version import __version__
 from npu_static_kernel.errors import (
     BuildError,
     CacheError,
+    ConfigError,
     NpuStaticKernelError,
     StaticKernelDisabledWarning,
 )
@@ -222,15 +223,17 @@ class StaticKernelCompiler:
     With ``torch.distributed`` initialised and more than one process, ``LOCAL_WORLD_SIZE`` must
     be set: local rank 0 of each node builds and installs while the node's other processes wait
     at a barrier, then all load (on CUDA, whose artifacts are bound to a device index, every
-    process builds or finds its own). Without it a :class:`StaticKernelDisabledWarning` is
-    issued once and graphs run without static kernels.
+    process builds or finds its own). Without it, or with a value that is not a positive divisor
+    of the world size, a :class:`StaticKernelDisabledWarning` is issued once and graphs run
+    without static kernels (``strict``: a bad value raises :class:`ConfigError`).
 
     Args:
         build_dir: Where op statistics (``aclnn_static_shape_kernel_outputs``) and the artifact
             cache (``static_kernel_cache``) live; defaults to the current directory.
         builder: The builder; default: :class:`AscendBuilder` on ``npu``, :class:`InductorBuilder`
             on ``cuda``/``cpu`` (chosen from the first tensor argument).
-        strict: Raise build errors instead of logging them and running the graph unchanged.
+        strict: Raise build errors, and a bad ``LOCAL_WORLD_SIZE``, instead of warning once
+            and running the graph unchanged.
 
     Example:
         >>> compiler = StaticKernelCompiler("/path/test")
@@ -261,7 +264,19 @@ class StaticKernelCompiler:
         return self._enabled
 
     def _node_role(self) -> NodeRole | None:
-        role = resolve_node_role()
+        try:
+            role = resolve_node_role()
+        except ConfigError as error:
+            if self.strict:
+                raise
+            # Every rank reads the same environment, so every rank turns static kernels off
+            # here and none is left waiting at a node barrier.
+            self._enabled = False
+            if take_disabled_warning():
+                warnings.warn(
+                    f"static kernels are off: {error}", StaticKernelDisabledWarning, stacklevel=3
+                )
+            return None
         self._enabled = role is not None
         if role is None and take_disabled_warning():
             warnings.warn(

@@ -67,6 +67,7 @@ class _Resolved:
     # Keeps the default process group alive while cached, so its id() identifies it.
     anchor: Any
     warned: bool = False
+    error: ConfigError | None = None  # a bad LOCAL_WORLD_SIZE, raised again on every call
 
 
 _resolved: _Resolved | None = None
@@ -102,7 +103,12 @@ def resolve_node_role() -> NodeRole | None:
     with _resolve_lock:
         key, anchor = _job_key()
         if _resolved is None or _resolved.key != key:
-            _resolved = _Resolved(key=key, role=_resolve(), anchor=anchor)
+            try:
+                _resolved = _Resolved(key=key, role=_resolve(), anchor=anchor)
+            except ConfigError as error:
+                _resolved = _Resolved(key=key, role=None, anchor=anchor, error=error)
+        if _resolved.error is not None:
+            raise _resolved.error
         return _resolved.role
 
 
