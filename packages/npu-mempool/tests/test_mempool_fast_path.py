@@ -211,3 +211,57 @@ def test_without_clone_input_later_inputs_are_copied_into_the_first() -> None:
     second = torch.randn(2, 4)
     torch.testing.assert_close(runner(second, w), affine(second, w))
     torch.testing.assert_close(first, second)  # the captured tensor is the static input
+
+
+class _Steps:
+    """A step counter standing in for Dynamo's generation counter."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def __call__(self) -> int:
+        return self.value
+
+
+@pytest.mark.parametrize("as_function", [False, True], ids=["runner", "as_function"])
+def test_second_call_in_a_step_does_not_overwrite_the_first_output(as_function: bool) -> None:
+    w = torch.randn(4, 4) / 2
+    steps = _Steps()
+    runner = GraphRunner(affine, input_kinds=[U, P], step=steps)
+    call = runner.as_function() if as_function else runner
+    for step in range(4):
+        steps.value = step
+        x = torch.randn(2, 4)
+        first = call(x, w)  # held while the same graph runs again, as `a + block(a)` does
+        second = call(first, w)
+        torch.testing.assert_close(first, affine(x, w))
+        torch.testing.assert_close(second, affine(affine(x, w), w))
+    assert runner.num_graphs == 2  # one per call path
+    assert runner.counters.captures == 2
+    assert runner.counters.replays == 6
+
+
+def test_without_steps_a_second_call_overwrites_the_first_output() -> None:
+    # The hazard the step function removes: one graph, one set of static outputs.
+    w = torch.randn(4, 4) / 2
+    runner = GraphRunner(affine, input_kinds=[U, P])
+    runner(torch.randn(2, 4), w)
+    x = torch.randn(2, 4)
+    first = runner(x, w)
+    runner(first.clone(), w)
+    assert not torch.allclose(first, affine(x, w))
+
+
+def test_call_paths_each_have_their_own_pool_and_reset_together() -> None:
+    w = torch.randn(4, 4)
+    steps = _Steps()
+    runner = GraphRunner(affine, input_kinds=[U, P], step=steps)
+    runner(torch.randn(2, 4), w)
+    runner(torch.randn(2, 4), w)
+    assert runner.counters.pool_bytes > runner.pool.nbytes > 0  # type: ignore[union-attr]
+    runner.reset()
+    assert runner.num_graphs == 0
+    steps.value += 1
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(runner(x, w), affine(x, w))
+    assert runner.num_graphs == 1

@@ -12,10 +12,11 @@ one logged reason (logger ``npu_compile``), or raises with ``debug.aclgraph.stri
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -153,6 +154,25 @@ _HOST_SYNC_OPS: frozenset[object] = frozenset(
         torch.ops.aten.item.default,
     }
 )
+
+
+def _dynamo_step() -> Callable[[], Hashable] | None:
+    """Dynamo's generation counter, which moves on each top-level call of a compiled model.
+
+    Within one generation, a second call of the same FX graph (a block with a graph break
+    called twice in one ``forward``) then replays graphs of its own instead of overwriting the
+    outputs of the first call, as CUDA Graph Trees do with the same counter. ``None`` where this
+    torch does not have it: every call then shares one set of graphs.
+    """
+    try:
+        from torch._dynamo.mutation_guard import GenerationTracker
+    except ImportError:
+        return None
+    if not isinstance(getattr(GenerationTracker, "generation", None), int):
+        return None
+    # A C-level getattr: no Python frame on the per-call path.
+    step: Callable[[], Hashable] = functools.partial(getattr, GenerationTracker, "generation")
+    return step
 
 
 def _guarded_by_dynamo(kinds: Sequence[Any], example_inputs: Sequence[Any]) -> list[bool]:
@@ -392,6 +412,7 @@ def _compile(
             specialize=specialize,
             name=name,
             guarded=_guarded_by_dynamo(kinds, example_inputs) if bypass else None,
+            step=_dynamo_step(),
         )
         stats.captured += 1
         stats._add_runner(runner)

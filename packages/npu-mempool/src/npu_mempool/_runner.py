@@ -190,6 +190,12 @@ class GraphRunner:
             the same on every call, as Dynamo's guards do for a graph compiled with static
             shapes. Guarded arguments are left out of the graph key; with all of them guarded,
             finding the graph costs nothing. Default: none.
+        step: Returns the identity of the current step (Dynamo's generation counter, which
+            moves on each top-level call of a compiled model). The n-th call within one step
+            replays graphs of its own (call path n, in a pool of its own), so an output of an
+            earlier call in the same step, such as a block with a graph break called twice in
+            one ``forward``, is never overwritten by a later one. ``None``: every call shares
+            one set of graphs.
 
     Inference only: captures and emulated replays run without autograd.
 
@@ -207,8 +213,13 @@ class GraphRunner:
         specialize: Callable[[Hashable, tuple[Any, ...]], Callable[..., Any]] | None = None,
         name: str | None = None,
         guarded: Sequence[bool] | None = None,
+        step: Callable[[], Hashable] | None = None,
     ) -> None:
         self._fn = fn
+        self._step = step
+        # [the last step seen, calls made in it so far]; path n > 0 is the runner _paths[n].
+        self._in_step: list[Any] = [object(), 0]
+        self._paths: dict[int, GraphRunner] = {}
         self._guarded = tuple(guarded) if guarded is not None else None
         if (
             self._guarded is not None
@@ -276,7 +287,10 @@ class GraphRunner:
 
     @property
     def num_graphs(self) -> int:
-        """Graphs currently held (including those kept for other parameter addresses)."""
+        """Graphs currently held, with parameter-set variants and later call paths' graphs."""
+        return self._own_graphs() + sum(p.num_graphs for p in self._paths.values())
+
+    def _own_graphs(self) -> int:
         return len(self._entries) + sum(map(len, self._variants.values()))
 
     @property
@@ -286,6 +300,11 @@ class GraphRunner:
 
     def __call__(self, *args: Any) -> Any:
         """Run ``fn(*args)``: replay its graph for this key, capturing it on first sight."""
+        if self._step is not None:
+            step = self._step()
+            if step == self._in_step[0]:
+                return self._later_path(args)
+            self._in_step[0], self._in_step[1] = step, 0
         try:
             run = self._graphs.get(self._key(args), self._miss)
         except (AttributeError, IndexError, TypeError):
@@ -307,6 +326,9 @@ class GraphRunner:
             "errors": (AttributeError, IndexError, TypeError),
             "len": len,
             "type": type,
+            "step": self._step,
+            "in_step": self._in_step,
+            "later_path": self._later_path,
         }
         if self._layout is not None:
             key = self._layout.key_source
@@ -314,8 +336,17 @@ class GraphRunner:
             key = "()"
         else:
             key = "key(a)"  # until the first call fixes the layout; see _miss
+        # With a step function, a call that is not the first of its step takes its own path.
+        steps = (
+            "    s = step()\n"
+            "    if s == in_step[0]:\n"
+            "        return later_path(a)\n"
+            "    in_step[0] = s\n"
+            "    in_step[1] = 0\n"
+        )
         source = (
             "def call(*a):\n"
+            f"{steps if self._step is not None else ''}"
             "    try:\n"
             f"        run = get({key}, miss)\n"
             "    except errors:\n"
@@ -330,12 +361,35 @@ class GraphRunner:
 
     def reset(self) -> None:
         """Free every graph (and the runner's own pool); the next call captures again."""
+        for path in self._paths.values():
+            path.reset()
+        self._paths.clear()
         self._free_graphs()
         self._warm.clear()
         self._eager = False
         self._rewinds = self._options.rewinds_pool
 
     # -- slow path ---------------------------------------------------------------------------
+
+    def _later_path(self, args: tuple[Any, ...]) -> Any:
+        """A second (third, ...) call within one step: replay the graphs of that call path."""
+        self._in_step[1] += 1
+        index = self._in_step[1]
+        path = self._paths.get(index)
+        if path is None:
+            # Same callable and policy; its own graphs and (unless a shared pool was given) its
+            # own pool, so this call's outputs and the earlier calls' never share memory.
+            path = GraphRunner(
+                self._fn,
+                input_kinds=self._kinds,
+                options=self._options,
+                specialize=self._specialize,
+                name=f"{self.name}[call {index + 1} of a step]",
+                guarded=self._guarded,
+            )
+            path.counters = self.counters  # one set of counters per compiled graph
+            self._paths[index] = path
+        return path(*args)
 
     def _layout_error(self, args: tuple[Any, ...]) -> InputLayoutError:
         assert self._layout is not None
@@ -389,7 +443,7 @@ class GraphRunner:
                 variant = self._switch_variant(key, old, args)
                 if variant is not None:
                     return variant.run(args)
-                if self.num_graphs >= self._options.capture_limit:
+                if self._own_graphs() >= self._options.capture_limit:
                     return self._hit_limit(args)
         else:
             cached = self._graphs.get(key)
@@ -399,7 +453,7 @@ class GraphRunner:
             if seen < self._warmup_runs(args):
                 self._warm[key] = seen + 1
                 return self._eager_call(args)
-            if self.num_graphs >= self._options.capture_limit:
+            if self._own_graphs() >= self._options.capture_limit:
                 return self._hit_limit(args)
         # Configuration errors are the caller's to fix, never a reason to fall back silently.
         pool, backend = self._ensure_pool(args)
@@ -866,8 +920,10 @@ def _eager(fn: Callable[..., Any], mine: Counters) -> Callable[[tuple[Any, ...]]
 
 
 def _pool_bytes_of(runner: GraphRunner | None) -> int:
-    pool = runner.pool if runner is not None else None
-    return pool.nbytes if pool is not None else 0
+    if runner is None:
+        return 0
+    pools = {id(p): p for p in [runner.pool, *(path.pool for path in runner._paths.values())]}
+    return sum(pool.nbytes for pool in pools.values() if pool is not None)
 
 
 def _guarder(epoch: Epoch, where: str) -> Callable[[torch.Tensor], torch.Tensor]:
