@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 
 import npu_mempool
 import pytest
@@ -454,3 +455,20 @@ def test_a_failed_capture_for_a_new_parameter_set_frees_the_key_s_graphs() -> No
 def test_input_kinds_that_are_not_input_kind_members_are_refused() -> None:
     with pytest.raises(InputLayoutError, match="InputKind members, got 'user'"):
         GraphRunner(lambda x: x + 1, input_kinds=["user"])  # type: ignore[list-item]
+
+
+def test_a_graph_returning_its_cache_does_not_pin_replaced_caches() -> None:
+    # The output views the cache, so the runner itself keeps the cache alive: such a graph is
+    # replaced when the cache moves, never kept, or every replaced cache would stay in memory.
+    def step(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        cache.add_(x)
+        return cache[0]
+
+    runner = GraphRunner(step, input_kinds=[U, M])
+    cache = torch.zeros(2, 2)
+    runner(torch.ones(2, 2), cache)
+    gone = weakref.ref(cache)
+    del cache
+    runner(torch.ones(2, 2), torch.zeros(2, 2))
+    assert gone() is None
+    assert runner.num_graphs == 1

@@ -154,14 +154,15 @@ class _Entry:
         graph: Any,
         ptrs: tuple[int, ...],
         epoch: Epoch,
-        storages: tuple[StorageWeakRef, ...],
+        storages: tuple[StorageWeakRef, ...] | None,
     ) -> None:
         self.epoch = epoch
         self.key = key
         self.graph = graph
         self.ptrs = ptrs
         # The storages of the MUTATED inputs at capture, held weakly: while they all live, the
-        # graph still serves the caller's tensors; once one died, the graph is stale.
+        # graph still serves the caller's tensors; once one died, the graph is stale. None:
+        # liveness cannot tell (an output pins a MUTATED input).
         self.storages = storages
         self.run: Callable[[tuple[Any, ...]], Any] = lambda args: None
         self.first_result: Callable[[], Any] = lambda: None
@@ -681,7 +682,14 @@ class GraphRunner:
         if options.check_output_overwrite and not self._options.rewinds_pool:
             captured, start = pool._captured, len(pool._captured)
             captured.append(epoch)
-        storages = tuple(_storage_ref(args[i]) for i in layout.mutated)
+        # An output that is a MUTATED input (or a view of it) keeps that tensor alive through
+        # the runner, so its liveness says nothing: such a graph is replaced, never kept.
+        mutated = {args[i].untyped_storage()._cdata for i in layout.mutated}
+        pinned = any(
+            isinstance(leaf, torch.Tensor) and leaf.untyped_storage()._cdata in mutated
+            for leaf in static_leaves
+        )
+        storages = None if pinned else tuple(_storage_ref(args[i]) for i in layout.mutated)
         entry = _Entry(key, graph, ptrs, epoch, storages)
         self._build_run(
             entry, fn, shape, static_leaves, owned, static_args, captured, start, any(writes_user)
@@ -899,6 +907,8 @@ def _storage_ref(tensor: torch.Tensor) -> StorageWeakRef:
 
 def _alive(entry: _Entry) -> bool:
     """Whether every MUTATED tensor the entry was captured with still exists."""
+    if entry.storages is None:
+        return False
     return not any(storage.expired() for storage in entry.storages)  # type: ignore[no-untyped-call]
 
 
