@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Everything that needs an accelerator, in one command, for a session lent a GPU (or NPU) machine:
+# the `device` tests of every package, then every benchmark on the best device. Device time is
+# scarce (30 minutes a session), so this installs nothing: the packages run from their sources on
+# PYTHONPATH over the machine's own torch, and pytest, hypothesis, numpy, protobuf and filelock
+# must already be there (they are on the lent CUDA image).
+#
+#   bash benchmarks/device_suite.sh            # logs and JSON under $OUT, else benchmarks/results/device
+#
+# Copy the tables into benchmarks/RESULTS.md with the device, torch version and date.
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${OUT:-$root/benchmarks/results/device}"
+mkdir -p "$out"
+cd "$root" || exit 1
+
+sources=""
+for package in npu-streams npu-mempool npu-static-kernel npu-graph-export npu-compile; do
+    sources="$sources:$root/packages/$package/src"
+done
+export PYTHONPATH="${sources#:}${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+
+python3 - <<'EOF' 2>&1 | tee "$out/environment.log"
+import torch
+print("torch", torch.__version__)
+print("cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")
+EOF
+
+failed=0
+run() {
+    local name="$1"
+    shift
+    echo "== $name: $*"
+    if ! "$@" 2>&1 | tee "$out/$name.log"; then
+        echo "== $name FAILED" | tee -a "$out/$name.log"
+        failed=1
+    fi
+}
+
+run device_tests python3 -m pytest -m device -q -p no:cacheprovider packages integration_tests
+run decode_step python3 benchmarks/decode_step.py --out "$out"
+run replay_overhead python3 benchmarks/replay_overhead.py
+run pool_reuse python3 benchmarks/pool_reuse.py
+run streams_overlap python3 benchmarks/streams_overlap.py
+run static_kernel_warm_start python3 benchmarks/static_kernel_warm_start.py
+
+# The scripts' own JSON files land in benchmarks/results/: bring them along.
+if [ -d benchmarks/results ] && [ "$out" != "$root/benchmarks/results" ]; then
+    find benchmarks/results -maxdepth 1 -name '*.json' -exec cp {} "$out/" \;
+fi
+exit "$failed"
