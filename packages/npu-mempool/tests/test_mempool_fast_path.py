@@ -16,13 +16,6 @@ from npu_mempool import CaptureOptions, GraphRunner, InputKind, InputLayoutError
 P, M, U = InputKind.PARAMETER, InputKind.MUTATED, InputKind.USER
 
 
-@pytest.fixture(autouse=True, params=["no_grad", "grad"])
-def grad_mode(request: pytest.FixtureRequest) -> object:
-    """Every test runs both ways: without autograd (the inlined re-run) and with it (replay())."""
-    with torch.set_grad_enabled(request.param == "grad"):
-        yield request.param
-
-
 def affine(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.tanh(x @ w)
 
