@@ -7,7 +7,6 @@ import logging
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Sequence
-from operator import itemgetter
 from typing import Any
 
 import torch
@@ -25,18 +24,7 @@ __all__ = ["GraphRunner"]
 
 log = logging.getLogger("npu_mempool")
 
-_DATA_PTR = torch.Tensor.data_ptr
 _NO_KEY = object()  # key of every call before the argument layout is known
-
-
-def _pick(indices: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
-    """A C-speed function returning ``tuple(seq[i] for i in indices)``."""
-    if not indices:
-        return lambda seq: ()
-    if len(indices) == 1:
-        (only,) = indices
-        return lambda seq: (seq[only],)
-    return itemgetter(*indices)
 
 
 class _Layout:
@@ -166,6 +154,11 @@ class _Entry:
         self.storages = storages
         self.run: Callable[[tuple[Any, ...]], Any] = lambda args: None
         self.first_result: Callable[[], Any] = lambda: None
+
+    def discard(self) -> None:
+        """Free the graph; outputs handed out from it become stale (and, soon, their memory)."""
+        self.epoch.value += 1
+        self.graph.reset()
 
 
 class GraphRunner:
@@ -466,8 +459,7 @@ class GraphRunner:
             if keep:
                 self._variants.setdefault(key, []).append(old)
             else:
-                old.epoch.value += 1  # its outputs lose their graph (and, soon, their memory)
-                old.graph.reset()
+                old.discard()
             self.counters.recapture_reasons[reason or "unknown"] += 1
             counters.recapture_reasons[reason or "unknown"] += 1
         self._entries[key] = entry
@@ -488,14 +480,17 @@ class GraphRunner:
         assert self._backend is not None
         return self._backend.executes_on_capture
 
+    def _watched_ptrs(self, args: tuple[Any, ...]) -> tuple[int, ...]:
+        """Addresses of the inputs whose address a graph depends on (slow path only)."""
+        assert self._layout is not None
+        return tuple(args[i].data_ptr() for i in self._layout.watched)
+
     def _moved(self, entry: _Entry, args: tuple[Any, ...]) -> str:
         layout = self._layout
         assert layout is not None
-        now = dict(zip(layout.watched, map(_DATA_PTR, _pick(layout.watched)(args)), strict=True))
-        then = dict(zip(layout.watched, entry.ptrs, strict=True))
-        if any(now[i] != then[i] for i in layout.mutated):
-            return "mutated_input_moved"
-        return "parameter_moved"
+        pairs = zip(layout.watched, self._watched_ptrs(args), entry.ptrs, strict=True)
+        moved = {i for i, now, then in pairs if now != then}
+        return "mutated_input_moved" if moved.intersection(layout.mutated) else "parameter_moved"
 
     def _switch_variant(
         self, key: Hashable, current: _Entry, args: tuple[Any, ...]
@@ -506,11 +501,8 @@ class GraphRunner:
             return None
         for stale in [v for v in variants if not _alive(v)]:
             variants.remove(stale)  # its KV cache died: it can never be right again
-            stale.epoch.value += 1
-            stale.graph.reset()
-        layout = self._layout
-        assert layout is not None
-        now = tuple(map(_DATA_PTR, _pick(layout.watched)(args)))
+            stale.discard()
+        now = self._watched_ptrs(args)
         for index, variant in enumerate(variants):
             if variant.ptrs == now:
                 variants[index] = current
@@ -557,8 +549,7 @@ class GraphRunner:
         if old is not None:
             stale.append(old)
         for entry in stale:
-            entry.epoch.value += 1
-            entry.graph.reset()
+            entry.discard()
         self.counters.fallbacks += 1
         counters.fallbacks += 1
         self._graphs[key] = _eager(self._fn, self.counters)
@@ -566,8 +557,7 @@ class GraphRunner:
 
     def _free_graphs(self) -> None:
         for entry in [*self._entries.values(), *itertools.chain(*self._variants.values())]:
-            entry.epoch.value += 1
-            entry.graph.reset()
+            entry.discard()
         self._entries.clear()
         self._variants.clear()
         self._graphs.clear()
@@ -670,7 +660,7 @@ class GraphRunner:
             pool._owned.extend(t for t, mine in zip(static_leaves, owned, strict=True) if mine)
             pool._owned.extend(static_args[i] for i in layout.user if static_args[i] is not args[i])
 
-        ptrs = tuple(map(_DATA_PTR, (args[i] for i in layout.watched)))
+        ptrs = self._watched_ptrs(args)
         # Decided by the option, not by whether rewinding still works: once the pool was rewound,
         # later graphs may land on memory of earlier ones even without further rewinds.
         epoch = self._epoch if self._options.rewinds_pool else Epoch()
