@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import datetime
 import functools
-import json
-import os
 import platform
 import statistics
-import tempfile
 import time
 import timeit
 import types
@@ -26,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from npu_static_kernel._io import atomic_write_json
 
 from npu_compile import _device
 from npu_compile._demo_model import DemoConfig, TinyDecoder
@@ -280,19 +278,6 @@ def mlp_overhead_bench(number: int = 500, repeat: int = 41) -> BenchReport:
     )
 
 
-def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=2)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def run_all(
     out_dir: Path | None,
     device: torch.device | None = None,
@@ -311,6 +296,7 @@ def run_all(
     print_fn(reports[1].table())
     if out_dir is not None:
         path = out_dir / f"decode_step_{device.type}.json"
-        _write_json(path, {"reports": [r.to_json() for r in reports]})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, {"reports": [r.to_json() for r in reports]})
         print_fn(f"\nwrote {path}")
     return reports
