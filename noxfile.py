@@ -175,6 +175,60 @@ def isolation(session: nox.Session) -> None:
     )
 
 
+# pdoc reads a module's namespace: touching every name in __all__ first loads the lazily imported
+# ones (npu_graph_export.dynamo_export, ...), so the reference documents the real objects.
+_PDOC_SCRIPT = """
+import importlib, sys
+from pathlib import Path
+import pdoc, pdoc.render
+out, modules = Path(sys.argv[1]), sys.argv[2:]
+for name in modules:
+    module = importlib.import_module(name)
+    for attr in getattr(module, "__all__", ()):
+        getattr(module, attr)
+pdoc.render.configure(docformat="google")
+pdoc.pdoc(*modules, output_directory=out)
+"""
+
+
+@nox.session(python=PYTHONS[0])
+def docs(session: nox.Session) -> None:
+    """API reference of every package with pdoc, into build/docs/ (open build/docs/index.html)."""
+    session.install(*CONSTRAINTS, "pdoc>=15", *_editables(*PACKAGES))
+    out = ROOT / "build" / "docs"
+    shutil.rmtree(out, ignore_errors=True)
+    modules = [IMPORT_NAMES[name] for name in PACKAGES]
+    session.run("python", "-c", _PDOC_SCRIPT, str(out), *modules)
+    session.log("API reference in %s", out / "index.html")
+
+
+@nox.session(python=PYTHONS[0])
+def coverage(session: nox.Session) -> None:
+    """Unit and integration tests with line coverage (terminal summary, HTML in build/coverage/)."""
+    session.install(*CONSTRAINTS, *TEST_TOOLS, "pytest-cov", *_editables(*PACKAGES))
+    out = ROOT / "build" / "coverage"
+    cov = [arg for name in PACKAGES for arg in ("--cov", IMPORT_NAMES[name])]
+    session.run(
+        "pytest",
+        *cov,
+        "--cov-report=term-missing:skip-covered",
+        f"--cov-report=html:{out}",
+        f"--cov-report=xml:{out / 'coverage.xml'}",
+        "packages",
+        "integration_tests",
+        *session.posargs,
+    )
+
+
+@nox.session(python=PYTHONS[0])
+def changelog(session: nox.Session) -> None:
+    """Preview each package's next release notes from its changes/ fragments (writes nothing)."""
+    session.install("towncrier>=24")
+    for name in PACKAGES:
+        with session.chdir(ROOT / "packages" / name):
+            session.run("towncrier", "build", "--draft", "--version", "next")
+
+
 @nox.session(python=PYTHONS[0])
 def demo(session: nox.Session) -> None:
     """The main job: a small decoder LM, eager vs reduce-overhead, tokens checked identical."""

@@ -1,18 +1,46 @@
 #!/usr/bin/env bash
-# Everything that needs an accelerator, in one command, for a session lent a GPU (or NPU) machine:
-# the `device` tests of every package, then every benchmark on the best device. Device time is
-# scarce (30 minutes a session), so this installs nothing: the packages run from their sources on
-# PYTHONPATH over the machine's own torch, and pytest, hypothesis, numpy, protobuf and filelock
-# must already be there (they are on the lent CUDA image).
+# Everything that needs an accelerator, in one command, on a machine with a GPU (or NPU): the
+# `device` tests of every package, then every benchmark on the best device. It installs nothing:
+# the packages run from their sources on PYTHONPATH over the machine's own torch, so torch,
+# pytest, hypothesis, numpy, protobuf and filelock must already be installed there.
 #
-#   bash benchmarks/device_suite.sh            # logs and JSON under $OUT, else benchmarks/results/device
+#   bash benchmarks/device_suite.sh [--out DIR]   # logs and JSON in DIR (default benchmarks/results/device)
 #
 # Copy the tables into benchmarks/RESULTS.md with the device, torch version and date.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="${OUT:-$root/benchmarks/results/device}"
-mkdir -p "$out"
+out="$root/benchmarks/results/device"
+usage="usage: bash benchmarks/device_suite.sh [--out DIR]"
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --out)
+            if [ "$#" -lt 2 ] || [ -z "$2" ]; then
+                echo "error: --out needs a directory; $usage" >&2
+                exit 2
+            fi
+            out="$2"
+            shift 2
+            ;;
+        --out=*)
+            out="${1#--out=}"
+            shift
+            ;;
+        -h | --help)
+            echo "$usage"
+            exit 0
+            ;;
+        *)
+            echo "error: unknown argument '$1'; $usage" >&2
+            exit 2
+            ;;
+    esac
+done
+if ! mkdir -p "$out"; then
+    echo "error: cannot create --out $out; pass a writable directory" >&2
+    exit 2
+fi
+out="$(cd "$out" && pwd)"
 cd "$root" || exit 1
 
 sources=""

@@ -99,7 +99,7 @@ def _environment(device: torch.device) -> dict[str, str]:
         "machine": platform.machine(),
         "cpu_threads": str(torch.get_num_threads()),
         "graph": _device.graph_implementation(device),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
 

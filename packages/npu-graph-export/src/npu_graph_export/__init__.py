@@ -42,9 +42,21 @@ __all__ = [
 ]
 
 
+_LAZY = frozenset({"dynamo_export", "ExportResult", "supported_ops"})
+
+
 def __getattr__(name: str) -> Any:
-    if name in {"dynamo_export", "ExportResult", "supported_ops"}:
+    if name in _LAZY:
         from npu_graph_export import _export
 
-        return getattr(_export, name)
+        value = getattr(_export, name)
+        # Cached as a module global: later lookups skip this hook, and documentation tools that
+        # read the module's namespace see the real object.
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'npu_graph_export' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The lazy names are public API: dir(), completion and pdoc must list them before first use.
+    return sorted(set(globals()) | _LAZY)

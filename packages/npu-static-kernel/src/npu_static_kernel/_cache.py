@@ -268,4 +268,4 @@ class ArtifactCache:
 
 def now() -> str:
     """The current time as an ISO-8601 string (UTC), as stored in :attr:`CacheEntry.created`."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
