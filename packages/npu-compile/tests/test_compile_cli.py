@@ -19,7 +19,9 @@ SMALL = ["--layers", "1", "--dim", "32"]
 
 
 def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([]) == 0
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
     assert "doctor" in capsys.readouterr().out
     with pytest.raises(SystemExit) as info:
         main(["--version"])
@@ -79,7 +81,9 @@ def test_bench_writes_json(
     # Fewer MLP calls keep the smoke test short; the numbers are not asserted (timings belong
     # in benchmarks/, not in tests).
     monkeypatch.setattr(
-        _bench, "mlp_overhead_bench", lambda: _bench.BenchReport("mlp", "cpu", [], {}, {})
+        _bench,
+        "mlp_overhead_bench",
+        lambda **kwargs: _bench.BenchReport("mlp", "cpu", [], {}, {}),
     )
     assert main(["bench", "--steps", "2", "--device", "cpu", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import importlib
 import platform
 import statistics
 import time
@@ -20,7 +21,7 @@ import types
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 from npu_static_kernel._io import atomic_write_json
@@ -64,7 +65,8 @@ class BenchReport:
         device: Device string.
         rows: The variants.
         extra: Derived numbers (speedups, overhead difference).
-        environment: torch version, host, date.
+        environment: torch and package versions, host, the thread count the timings ran
+            with, date.
     """
 
     title: str
@@ -92,12 +94,18 @@ class BenchReport:
         return asdict(self)
 
 
-def _environment(device: torch.device) -> dict[str, str]:
+_PACKAGES = ("npu_streams", "npu_mempool", "npu_static_kernel", "npu_graph_export", "npu_compile")
+
+
+def _environment(device: torch.device, threads: int) -> dict[str, str]:
+    """Context of a report; ``threads`` is the intra-op thread count the timings ran with."""
+    versions = {name: str(importlib.import_module(name).__version__) for name in _PACKAGES}
     return {
         "torch": torch.__version__,
+        **versions,
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "cpu_threads": str(torch.get_num_threads()),
+        "cpu_threads": str(threads),
         "graph": _device.graph_implementation(device),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
@@ -122,8 +130,17 @@ def _time_steps(step: Callable[[], object], device: torch.device, steps: int, wa
     return min(rounds)
 
 
+def _note(progress: TextIO | None, text: str) -> None:
+    if progress is not None:
+        progress.write(f"  {text}\n")
+        progress.flush()
+
+
 def decode_step_bench(
-    device: torch.device | None = None, steps: int = 50, config: DemoConfig | None = None
+    device: torch.device | None = None,
+    steps: int = 50,
+    config: DemoConfig | None = None,
+    progress: TextIO | None = None,
 ) -> BenchReport:
     """Decode-step latency of the demo model under each way of running it.
 
@@ -131,18 +148,22 @@ def decode_step_bench(
         device: Where to run; ``None``: the best available.
         steps: Steps per timing round.
         config: Model shape; ``None``: the demo defaults.
+        progress: Stream for one line per variant (compiled ones compile and capture first);
+            ``None``: silent.
     """
     device = device or _device.best_device()
     threads = torch.get_num_threads()
     if device.type == "cpu":
         torch.set_num_threads(1)  # a tiny model: threads only add noise (see `_environment`)
     try:
-        return _decode_step_bench(device, steps, config)
+        return _decode_step_bench(device, steps, config, progress)
     finally:
         torch.set_num_threads(threads)
 
 
-def _decode_step_bench(device: torch.device, steps: int, config: DemoConfig | None) -> BenchReport:
+def _decode_step_bench(
+    device: torch.device, steps: int, config: DemoConfig | None, progress: TextIO | None
+) -> BenchReport:
     from npu_compile.backend import get_npu_backend
 
     model = TinyDecoder(config).to(device).eval()
@@ -153,6 +174,7 @@ def _decode_step_bench(device: torch.device, steps: int, config: DemoConfig | No
     rows: list[BenchRow] = []
 
     def measure(name: str, fn: Callable[..., Any], note: str = "") -> None:
+        _note(progress, f"decode step: {name}")
         torch._dynamo.reset()
         try:
             with torch.no_grad():
@@ -185,7 +207,8 @@ def _decode_step_bench(device: torch.device, steps: int, config: DemoConfig | No
     ours = rows[1].us_per_call
     if eager and ours:
         extra["speedup (eager / npu_compile)"] = round(eager / ours, 3)
-    return BenchReport("decode step (demo model)", str(device), rows, extra, _environment(device))
+    environment = _environment(device, torch.get_num_threads())
+    return BenchReport("decode step (demo model)", str(device), rows, extra, environment)
 
 
 class _TinyMLP(torch.nn.Module):
@@ -219,13 +242,20 @@ def _trivial_backend(gm: torch.fx.GraphModule, example_inputs: list[object]) -> 
     return forward
 
 
-def mlp_overhead_bench(number: int = 500, repeat: int = 41) -> BenchReport:
+def mlp_overhead_bench(
+    number: int = 500, repeat: int = 41, progress: TextIO | None = None
+) -> BenchReport:
     """Per-call cost of the backend on a tiny CPU MLP vs a backend returning ``gm.forward``.
 
     Single-threaded, under ``no_grad``. Each round times every variant back to back (``number``
     calls each), so slow drifts of a shared machine hit all variants alike. The table shows each
     variant's best round; the overhead is the median over rounds of the paired difference
     (ours minus trivial within the same round), which is robust to bursts of load.
+
+    Args:
+        number: Calls per variant per round.
+        repeat: Rounds.
+        progress: Stream for progress lines (every quarter of the rounds); ``None``: silent.
     """
     from npu_compile.backend import get_npu_backend
 
@@ -233,6 +263,8 @@ def mlp_overhead_bench(number: int = 500, repeat: int = 41) -> BenchReport:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+        environment = _environment(device, torch.get_num_threads())
+        _note(progress, "per-call overhead: compiling the tiny MLP")
         x = torch.randn(4, 16)
         eager = _own_code_mlp("eager")
         variants: dict[str, Callable[..., Any]] = {
@@ -251,6 +283,8 @@ def mlp_overhead_bench(number: int = 500, repeat: int = 41) -> BenchReport:
                 for _ in range(20):
                     fn(x)
             for round_index in range(repeat):
+                if round_index % max(1, repeat // 4) == 0:
+                    _note(progress, f"per-call overhead: round {round_index + 1}/{repeat}")
                 names = list(variants)
                 if round_index % 2:  # alternate the order so neither variant always goes first
                     names.reverse()
@@ -274,7 +308,7 @@ def mlp_overhead_bench(number: int = 500, repeat: int = 41) -> BenchReport:
         "within target": overhead <= OVERHEAD_TARGET_US,
     }
     return BenchReport(
-        "tiny MLP per-call overhead (1 thread)", str(device), rows, extra, _environment(device)
+        "tiny MLP per-call overhead (1 thread)", str(device), rows, extra, environment
     )
 
 
@@ -283,15 +317,17 @@ def run_all(
     device: torch.device | None = None,
     steps: int = 50,
     print_fn: Callable[[str], None] = print,
+    progress: TextIO | None = None,
 ) -> list[BenchReport]:
     """Run both benchmarks, print their tables, and write ``decode_step.json`` to ``out_dir``.
 
     The MLP overhead benchmark always runs on CPU (it measures host-side Python cost).
+    ``progress`` receives a line per variant and per quarter of the MLP rounds.
     """
     device = device or _device.best_device()
-    reports = [decode_step_bench(device, steps)]
+    reports = [decode_step_bench(device, steps, progress=progress)]
     print_fn(reports[0].table())
-    reports.append(mlp_overhead_bench())
+    reports.append(mlp_overhead_bench(progress=progress))
     print_fn("")
     print_fn(reports[1].table())
     if out_dir is not None:

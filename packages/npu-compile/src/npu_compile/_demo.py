@@ -109,6 +109,12 @@ class _Progress:
             self.stream.flush()
 
 
+def _phase(stream: TextIO | None, line: str) -> None:
+    if stream is not None:
+        stream.write(line + "\n")
+        stream.flush()
+
+
 def _runner_totals(runners: list[Any]) -> tuple[int, int, int | None]:
     captures = replays = 0
     pool: int | None = None
@@ -163,7 +169,12 @@ def run_demo(
 
     def run(label: str, step: Callable[..., torch.Tensor]) -> tuple[torch.Tensor, list[float]]:
         # A short untimed run first: compilation and capture happen there, not in the timings.
+        # It is the slow part of the demo (seconds against milliseconds per token): say so.
+        warm = "compiling and capturing graphs" if label != "eager" else "warming up"
+        _phase(progress, f"  {label}: {warm} ...")
+        started = time.perf_counter()
         greedy_generate(model, step, prompt, 3)
+        _phase(progress, f"  {label}: {warm} done in {time.perf_counter() - started:.1f}s")
         bar = _Progress(progress, label, tokens) if progress is not None else None
         return greedy_generate(model, step, prompt, tokens, on_token=bar)
 
@@ -172,7 +183,7 @@ def run_demo(
     if device.type == "cpu":
         torch.set_num_threads(1)
     try:
-        return _compare(model, prompt, device, tokens, run)
+        return _compare(model, prompt, device, tokens, run, progress)
     finally:
         torch.set_num_threads(threads)
 
@@ -183,6 +194,7 @@ def _compare(
     device: torch.device,
     tokens: int,
     run: Callable[[str, Callable[..., torch.Tensor]], tuple[torch.Tensor, list[float]]],
+    progress: TextIO | None,
 ) -> DemoResult:
     from npu_compile._diagnose import diagnose
     from npu_compile.backend import get_npu_backend
@@ -199,7 +211,7 @@ def _compare(
     # Host/Device Bound of one decode step (fixed position: the step can repeat).
     token = prompt[:, :1].contiguous()
     position = torch.full((1,), prompt.shape[1], dtype=torch.long, device=device)
-    report = diagnose(model, token, position, steps=10, warmup=2, compare=True)
+    report = diagnose(model, token, position, steps=10, warmup=2, compare=True, progress=progress)
     torch._dynamo.reset()
 
     return DemoResult(

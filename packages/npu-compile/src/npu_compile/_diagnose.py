@@ -11,9 +11,10 @@ device: all work is host work, reported as such.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
@@ -157,6 +158,7 @@ def diagnose(
     warmup: int = 3,
     compare: bool = True,
     compiler_config: CompilerConfig | None = None,
+    progress: TextIO | None = None,
 ) -> DiagnoseReport:
     """Measure host enqueue time vs device time per step and say Host Bound or Device Bound.
 
@@ -172,6 +174,8 @@ def diagnose(
         warmup: Unmeasured steps first (compilation and capture happen here).
         compare: Also measure the step under reduce-overhead.
         compiler_config: Options for the compiled phase; ``None``: defaults.
+        progress: Stream for a line as each phase starts and ends (the compiled phase compiles
+            and captures first, which takes seconds); ``None``: silent.
 
     Returns:
         A :class:`DiagnoseReport`; ``print(report)`` gives a table and the verdict.
@@ -200,6 +204,7 @@ def diagnose(
             device = tensor.device
             break
     with torch.no_grad():
+        _say(progress, f"  diagnose eager: {warmup} warm-up + {steps} measured steps ...")
         eager = _measure("eager", fn, inputs, device, steps, warmup)
         compiled = None
         if compare:
@@ -207,9 +212,16 @@ def diagnose(
 
             backend = get_npu_backend(compiler_config=compiler_config)
             compiled_fn = torch.compile(fn, backend=backend, dynamic=False)
+            _say(
+                progress,
+                f"  diagnose reduce-overhead: compiling and capturing, then {steps} measured "
+                "steps ...",
+            )
+            started = time.perf_counter()
             compiled = _measure(
                 "reduce-overhead", compiled_fn, inputs, device, steps, max(warmup, 2)
             )
+            _say(progress, f"  diagnose: done in {time.perf_counter() - started:.1f}s")
     return DiagnoseReport(
         device=str(device),
         steps=steps,
@@ -217,6 +229,12 @@ def diagnose(
         compiled=compiled,
         separable=device.type != "cpu",
     )
+
+
+def _say(stream: TextIO | None, line: str) -> None:
+    if stream is not None:
+        stream.write(line + "\n")
+        stream.flush()
 
 
 def _state_tensors(module: torch.nn.Module) -> list[torch.Tensor]:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from npu_compile._cli_common import HelpFormatter, quiet_exit
 from npu_compile._version import __version__
 
 __all__ = ["main"]
@@ -18,6 +19,43 @@ _MAX_TOKENS = 4096
 _SIBLINGS = ("npu-streams", "npu-mempool", "npu-static-kernel", "npu-graph-export")
 
 
+def _cxx_problem() -> str | None:
+    """Why Inductor cannot build C++ kernels here, or ``None`` when a test compile succeeds.
+
+    Static kernels on CPU are C++ from ``torch._inductor``; a compiler that is missing, or found
+    but unable to build (a broken ``CXX``, a missing libstdc++ header), only shows up at the
+    first build otherwise.
+    """
+    import subprocess
+    import tempfile
+
+    from torch._inductor import cpp_builder, exc
+
+    try:
+        compiler = cpp_builder.get_cpp_compiler()
+    except exc.InvalidCxxCompiler:
+        return "no C++ compiler found (set CXX or install g++)"
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "probe.cpp"
+        source.write_text(
+            "#include <vector>\nint main() { return std::vector<int>(1).size() - 1; }\n"
+        )
+        try:
+            done = subprocess.run(
+                [compiler, "-c", str(source), "-o", str(Path(tmp) / "probe.o")],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as error:
+            return f"C++ compiler {compiler!r} does not run ({error})"
+    if done.returncode != 0:
+        detail = (done.stderr.strip().splitlines() or ["no message"])[-1][:120]
+        return f"C++ compiler {compiler!r} cannot compile a test file ({detail})"
+    return None
+
+
 def _doctor(args: argparse.Namespace) -> int:
     import torch
 
@@ -25,27 +63,44 @@ def _doctor(args: argparse.Namespace) -> int:
 
     device = _device.best_device(args.device)
     versions = _device.versions()
+    npu_status = _device.torch_npu_status()
+    graph = _device.graph_implementation(device)
+    # Each entry: something doctor checked that is broken, with what to do about it.
+    problems: list[str] = []
     lines = [
         f"npu-compile {__version__}",
         f"device             {device}",
         f"torch              {versions['torch']}",
-        f"torch_npu          {versions['torch_npu']} ({_device.torch_npu_status()})",
+        f"torch_npu          {versions['torch_npu']} ({npu_status})",
         f"CANN               {versions['CANN']}",
-        f"graph              {_device.graph_implementation(device)}",
+        f"graph              {graph}",
     ]
+    if npu_status.startswith("installed but"):
+        problems.append(f"torch_npu {npu_status}: check the CANN install and its set_env.sh")
+    if graph.startswith("none"):
+        problems.append(f"no graph implementation for {device}: {graph}")
     for name in _SIBLINGS:
         try:
             version = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             version = "MISSING (pip install npu-compile installs it)"
+            problems.append(f"{name} is not installed: pip install npu-compile installs it")
         lines.append(f"{name:<18} {version}")
     accelerator = device.type != "cpu"
     cann = versions["CANN"] != "absent"
+    inductor = "no"
+    if device.type == "cpu":
+        cxx = _cxx_problem()
+        inductor = "yes" if cxx is None else f"BROKEN: {cxx}"
+        if cxx is not None:
+            problems.append(f"static kernels (Inductor): {cxx}")
+    elif device.type == "cuda":
+        inductor = "yes"
     feature_rows = [
         ("capture / replay", "yes" if accelerator else "emulated (same semantics, no speedup)"),
         ("multi-stream in graph", "yes" if accelerator else "no-op streams, program order kept"),
         ("memory pool modes 1-3", "yes" if accelerator else "emulated pool"),
-        ("static kernels (Inductor)", "yes" if device.type in {"cpu", "cuda"} else "no"),
+        ("static kernels (Inductor)", inductor),
         ("static kernels (Ascend)", "yes" if cann else "no (needs CANN op_compiler)"),
         ("graph export (.air)", "yes (offline, any device)"),
         (
@@ -57,7 +112,9 @@ def _doctor(args: argparse.Namespace) -> int:
     lines += [f"  {name:<26} {state}" for name, state in feature_rows]
     lines.append(f"torch threads      {torch.get_num_threads()}")
     print("\n".join(lines))
-    return 0
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -98,7 +155,8 @@ def _bench(args: argparse.Namespace) -> int:
     from npu_compile._bench import run_all
 
     out = None if args.no_json else Path(args.out)
-    run_all(out, _device.best_device(args.device), steps=args.steps)
+    progress = None if args.quiet else sys.stderr
+    run_all(out, _device.best_device(args.device), steps=args.steps, progress=progress)
     return 0
 
 
@@ -115,7 +173,14 @@ def _diagnose(args: argparse.Namespace) -> int:
     token = prompt[:, :1].contiguous()
     position = torch.full((1,), prompt.shape[1], dtype=torch.long, device=device)
     print(f"diagnosing one decode step of the demo model ({args.layers} layers, dim {args.dim})")
-    report = diagnose(model, token, position, steps=args.steps, compare=not args.eager_only)
+    report = diagnose(
+        model,
+        token,
+        position,
+        steps=args.steps,
+        compare=not args.eager_only,
+        progress=None if args.quiet else sys.stderr,
+    )
     print(report)
     return 0
 
@@ -124,35 +189,41 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="npu-compile",
         description="TorchAir-style reduce-overhead compilation: checks, demo and benchmarks.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", help="what to do; `COMMAND --help` for its options"
+    )
 
     def add(name: str, help: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help, description=help)
-        sub.add_argument("--device", default=None, help="cpu, cuda, npu, ... (default: best)")
+        sub = commands.add_parser(name, help=help, description=help, formatter_class=HelpFormatter)
+        sub.add_argument(
+            "--device", default=None, help="cpu, cuda, npu, ... (default: the best available)"
+        )
         return sub
 
     add("doctor", "show device, versions, graph implementation and feature matrix")
     demo = add("demo", "generate tokens with a small decoder, eager vs reduce-overhead")
-    demo.add_argument("--tokens", type=int, default=32, help="tokens to generate (default 32)")
-    demo.add_argument("--layers", type=int, default=4, help="decoder blocks (default 4)")
-    demo.add_argument("--dim", type=int, default=128, help="hidden size (default 128)")
-    demo.add_argument("--quiet", action="store_true", help="no progress lines")
+    demo.add_argument("--tokens", type=int, default=32, help="tokens to generate")
+    demo.add_argument("--layers", type=int, default=4, help="decoder blocks")
+    demo.add_argument("--dim", type=int, default=128, help="hidden size")
+    demo.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     bench = add("bench", "decode-step latency and per-call overhead benchmarks")
     bench.add_argument("--steps", type=int, default=50, help="steps per timing round")
-    bench.add_argument(
-        "--out", default="benchmarks/results", help="JSON directory (default benchmarks/results)"
-    )
+    bench.add_argument("--out", default="benchmarks/results", help="directory for the JSON file")
     bench.add_argument("--no-json", action="store_true", help="print tables only")
+    bench.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     diag = add("diagnose", "Host Bound or Device Bound? (a decode step of the demo model)")
-    diag.add_argument("--steps", type=int, default=20, help="measured steps (default 20)")
-    diag.add_argument("--layers", type=int, default=4, help="decoder blocks (default 4)")
-    diag.add_argument("--dim", type=int, default=128, help="hidden size (default 128)")
+    diag.add_argument("--steps", type=int, default=20, help="measured steps per phase")
+    diag.add_argument("--layers", type=int, default=4, help="decoder blocks")
+    diag.add_argument("--dim", type=int, default=128, help="hidden size")
     diag.add_argument("--eager-only", action="store_true", help="skip the compiled comparison")
+    diag.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser
 
 
+@quiet_exit("npu-compile")
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``npu-compile`` command line.
 
@@ -166,8 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handlers = {"doctor": _doctor, "demo": _demo, "bench": _bench, "diagnose": _diagnose}
     if args.command is None:
-        parser.print_help()
-        return 0
+        parser.error("a command is required: one of doctor, demo, bench, diagnose")
     for name in ("tokens", "steps", "layers", "dim"):
         value = getattr(args, name, None)
         low = 2 if name == "tokens" else 1

@@ -1,0 +1,170 @@
+"""How the ``npu-compile`` command line behaves around its commands: help, exit codes, progress."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from npu_compile import _bench, cli
+from npu_compile.cli import main
+
+SMALL = ["--layers", "1", "--dim", "32"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def _documented(parser: argparse.ArgumentParser) -> list[str]:
+    """Problems: arguments without help, and defaults the rendered help does not show."""
+    problems = []
+    for each in _parsers(parser):
+        formatter = each.formatter_class(prog=each.prog)
+        for action in each._actions:
+            if isinstance(action, argparse._HelpAction | argparse._VersionAction):
+                continue
+            name = f"{each.prog} {'/'.join(action.option_strings) or action.dest}"
+            if not action.help:
+                problems.append(f"{name}: no help")
+                continue
+            shown = formatter._get_help_string(action) or ""
+            if action.default not in (None, False, argparse.SUPPRESS) and "default" not in shown:
+                problems.append(f"{name}: default {action.default!r} not shown")
+    return problems
+
+
+def test_every_argument_has_help_and_shows_its_default() -> None:
+    assert _documented(cli._parser()) == []
+
+
+def test_no_command_exits_2_with_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: npu-compile")
+    assert "a command is required" in err
+
+
+def test_ctrl_c_exits_130_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(args: argparse.Namespace) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_doctor", interrupted)
+    assert main(["doctor"]) == 130
+    assert capsys.readouterr().err == "npu-compile: interrupted\n"
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "npu_compile", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    # The reader goes away before the command writes: the write fails with EPIPE. Output into a
+    # pipe is block-buffered (as in `npu-compile ... | head`), so the failure comes at the flush.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "npu_compile", "--help"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        process.stdout.close()
+        err = process.stderr.read().decode()
+        code = process.wait(timeout=300)
+    assert err == ""
+    assert code == 141
+
+
+def test_doctor_fails_when_the_cpp_compiler_is_broken(tmp_path: Path) -> None:
+    # Answers --version (so Inductor's compiler search accepts it) but cannot compile anything.
+    broken = tmp_path / "broken-c++"
+    broken.write_text(
+        '#!/bin/sh\ncase "$1" in --version) echo "fake 1.0"; exit 0;; esac\n'
+        'echo "broken: cannot compile" >&2\nexit 1\n'
+    )
+    broken.chmod(0o755)
+    done = _run("doctor", "--device", "cpu", env={"CXX": str(broken)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "static kernels (Inductor)  BROKEN" in done.stdout
+    assert "cannot compile a test file" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bench_json_records_the_threads_used_and_package_versions() -> None:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)  # the process default differs from the benchmark's single thread
+    try:
+        report = _bench.mlp_overhead_bench(number=2, repeat=1)
+    finally:
+        torch.set_num_threads(threads)
+    environment = report.to_json()["environment"]
+    assert environment["cpu_threads"] == "1"
+    import npu_compile
+    import npu_graph_export
+    import npu_mempool
+    import npu_static_kernel
+    import npu_streams
+
+    for module in (npu_compile, npu_graph_export, npu_mempool, npu_static_kernel, npu_streams):
+        assert environment[module.__name__] == module.__version__
+    json.dumps(environment)
+
+
+def test_demo_progress_covers_compile_and_capture(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--tokens", "3", "--device", "cpu", *SMALL]) == 0
+    err = capsys.readouterr().err
+    start = err.index("reduce-overhead: compiling and capturing graphs ...")
+    done = err.index("reduce-overhead: compiling and capturing graphs done in")
+    tokens = err.index("reduce-overhead: 3/3 tokens")
+    assert start < done < tokens
+    assert "diagnose reduce-overhead: compiling and capturing" in err
+
+
+def test_bench_and_diagnose_show_progress_unless_quiet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = _bench.mlp_overhead_bench
+    monkeypatch.setattr(
+        _bench, "mlp_overhead_bench", lambda **kwargs: real(number=2, repeat=4, **kwargs)
+    )
+    assert main(["bench", "--steps", "1", "--device", "cpu", "--no-json"]) == 0
+    err = capsys.readouterr().err
+    assert "decode step: eager" in err
+    assert "decode step: npu_compile reduce-overhead" in err
+    assert "per-call overhead: round 4/4" in err
+
+    assert main(["diagnose", "--steps", "1", "--device", "cpu", *SMALL]) == 0
+    err = capsys.readouterr().err
+    assert "diagnose eager" in err
+    assert "diagnose reduce-overhead: compiling and capturing" in err
+
+    assert main(["diagnose", "--steps", "1", "--device", "cpu", "--quiet", *SMALL]) == 0
+    assert capsys.readouterr().err == ""
