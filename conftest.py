@@ -1,6 +1,9 @@
-"""Root pytest configuration: skip ``device``-marked tests when no accelerator is present."""
+"""Root pytest configuration: skip ``device``-marked tests without an accelerator; CLI checks."""
 
 from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
 
 import pytest
 
@@ -20,3 +23,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker("device"):
                 item.add_marker(skip)
+
+
+def _argparse_problems(parser: argparse.ArgumentParser) -> list[str]:
+    """Arguments of ``parser`` (and its subcommands) with no help, or a default the help hides."""
+    problems = []
+    pending = [parser]
+    while pending:
+        each = pending.pop()
+        formatter = each.formatter_class(prog=each.prog)
+        for action in each._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                pending.extend(action.choices.values())
+            if isinstance(action, argparse._HelpAction | argparse._VersionAction):
+                continue
+            name = f"{each.prog} {'/'.join(action.option_strings) or action.dest}"
+            if not action.help:
+                problems.append(f"{name}: no help")
+                continue
+            shown = formatter._get_help_string(action) or ""
+            if action.default not in (None, False, argparse.SUPPRESS) and "default" not in shown:
+                problems.append(f"{name}: default {action.default!r} not shown")
+    return problems
+
+
+@pytest.fixture
+def argparse_problems() -> Callable[[argparse.ArgumentParser], list[str]]:
+    """What a CLI's ``--help`` leaves out: arguments without help, defaults not shown."""
+    return _argparse_problems

@@ -5,7 +5,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,34 +23,10 @@ def _fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
 
 
-def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
-    yield parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                yield from _parsers(sub)
-
-
-def _documented(parser: argparse.ArgumentParser) -> list[str]:
-    """Problems: arguments without help, and defaults the rendered help does not show."""
-    problems = []
-    for each in _parsers(parser):
-        formatter = each.formatter_class(prog=each.prog)
-        for action in each._actions:
-            if isinstance(action, argparse._HelpAction | argparse._VersionAction):
-                continue
-            name = f"{each.prog} {'/'.join(action.option_strings) or action.dest}"
-            if not action.help:
-                problems.append(f"{name}: no help")
-                continue
-            shown = formatter._get_help_string(action) or ""
-            if action.default not in (None, False, argparse.SUPPRESS) and "default" not in shown:
-                problems.append(f"{name}: default {action.default!r} not shown")
-    return problems
-
-
-def test_every_argument_has_help_and_shows_its_default() -> None:
-    assert _documented(cli._parser()) == []
+def test_every_argument_has_help_and_shows_its_default(
+    argparse_problems: Callable[[argparse.ArgumentParser], list[str]],
+) -> None:
+    assert argparse_problems(cli._parser()) == []
 
 
 def test_no_command_exits_2_with_usage(capsys: pytest.CaptureFixture[str]) -> None:

@@ -140,7 +140,10 @@ def test_pbtxt_is_readable_node_text(decoder_exports: ExportDir) -> None:
     assert 'key: "[o]y"' in text
     assert 'key: "begin_norm_axis"' in text
     assert "i: 2" in text
-    assert "bytes>" in text  # constants shown by size, not dumped
+    # Constants are typed tensors (Netron shows them); weights by dtype and shape, not dumped.
+    assert "tensor { dtype: DT_FLOAT" in text
+    weights = sum(len(op.attr["value"].t.data) for op in graph.op if op.type == "Const")
+    assert len(text.encode()) < weights
 
 
 def test_weights_are_embedded_consts_named_after_parameters(decoder_exports: ExportDir) -> None:

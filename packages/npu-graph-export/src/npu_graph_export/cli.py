@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from npu_graph_export._cli_common import HelpFormatter, quiet_exit
 from npu_graph_export._dtypes import element_size
 from npu_graph_export._graph import WEIGHT_ATTR
 from npu_graph_export._version import __version__
@@ -119,6 +120,11 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from npu_graph_export import runtime
 
     model = runtime.load(args.model, weights_dir=args.weights_dir, rank=args.rank)
+    if args.dot:
+        from npu_graph_export._dot import render_dot
+
+        sys.stdout.write(render_dot(model.graph, name=Path(str(model.path)).stem))
+        return 0
     summary = _summary(model)
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -174,41 +180,88 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="npu-graph-export",
         description="Export PyTorch models to GE graphs (.air) and inspect or run them with numpy.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(
+        dest="command", required=True, help="what to do; `COMMAND --help` for its options"
+    )
 
-    export = commands.add_parser("export", help="export a model built by a Python factory")
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, formatter_class=HelpFormatter)
+
+    export = add("export", "export a model built by a Python factory")
     export.add_argument("factory", help="MODULE:ATTR returning (model, example_inputs)")
-    export.add_argument("--export-path", default="export_file")
-    export.add_argument("--export-name", default="export")
+    export.add_argument("--export-path", default="export_file", help="directory to write into")
+    export.add_argument(
+        "--export-name", default="export", help="file name of the graph: NAME.air (NAME<rank>.air)"
+    )
     export.add_argument("--dynamic", action="store_true", help="export dynamic dimensions")
-    export.add_argument("--auto-atc-config", action="store_true")
-    export.add_argument("--record-module-stack", action="store_true")
-    export.add_argument("--embed-limit-bytes", type=_non_negative, default=None)
+    export.add_argument(
+        "--auto-atc-config",
+        action="store_true",
+        help="also write ATC's model_relation_config.json and numa_config.json (multi-rank)",
+    )
+    export.add_argument(
+        "--record-module-stack",
+        action="store_true",
+        help="tag each GE op with the nn.Module stack of the code it came from",
+    )
+    export.add_argument(
+        "--embed-limit-bytes",
+        type=_non_negative,
+        default=None,
+        help="weights are written to files above this graph size (default: 2 GB - 200 MB)",
+    )
     export.set_defaults(handler=_cmd_export)
 
-    inspect = commands.add_parser("inspect", help="summarise an .air file or export directory")
-    inspect.add_argument("model")
-    inspect.add_argument("--weights-dir", default=None)
-    inspect.add_argument("--rank", type=int, default=None)
-    inspect.add_argument("--json", action="store_true", help="print JSON")
+    inspect = add("inspect", "summarise an .air file or export directory")
+    inspect.add_argument("model", help="an .air file or an export directory")
+    inspect.add_argument(
+        "--weights-dir",
+        default=None,
+        help="directory searched first for FileConstant weight files (then the export directory)",
+    )
+    inspect.add_argument(
+        "--rank", type=int, default=None, help="which rank's graph in a multi-rank export"
+    )
+    output = inspect.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print JSON")
+    output.add_argument(
+        "--dot",
+        action="store_true",
+        help="print the graph as Graphviz DOT (render: dot -Tsvg graph.dot -o graph.svg)",
+    )
     inspect.set_defaults(handler=_cmd_inspect)
 
-    run = commands.add_parser("run", help="execute an .air file with the numpy runtime")
-    run.add_argument("model")
-    run.add_argument("--input", action="append", help=".npy file per input, in order")
+    run = add("run", "execute an .air file with the numpy runtime")
+    run.add_argument("model", help="an .air file or an export directory")
+    run.add_argument(
+        "--input", action="append", help=".npy file per input, in order (default: random inputs)"
+    )
     run.add_argument("--seed", type=int, default=0, help="seed for random inputs")
     run.add_argument("--dynamic-size", type=_non_negative, default=2, help="size for -1 dims")
     run.add_argument("--int-high", type=_positive, default=2, help="random ints are in [0, N)")
     run.add_argument("--output-dir", default=None, help="save outputs as .npy here")
-    run.add_argument("--weights-dir", default=None)
-    run.add_argument("--collectives", choices=("error", "replicated"), default="error")
-    run.add_argument("--rank", type=int, default=None)
+    run.add_argument(
+        "--weights-dir",
+        default=None,
+        help="directory searched first for FileConstant weight files (then the export directory)",
+    )
+    run.add_argument(
+        "--collectives",
+        choices=("error", "replicated"),
+        default="error",
+        help="collective ops: fail, or compute as if every rank held the same input",
+    )
+    run.add_argument(
+        "--rank", type=int, default=None, help="which rank's graph in a multi-rank export"
+    )
     run.set_defaults(handler=_cmd_run)
     return parser
 
 
+@quiet_exit("npu-graph-export")
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `npu-graph-export` command line.
 

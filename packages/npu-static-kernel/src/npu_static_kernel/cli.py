@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from npu_static_kernel._cache import ArtifactCache
+from npu_static_kernel._cli_common import HelpFormatter, quiet_exit
 from npu_static_kernel._interface import path_of
 from npu_static_kernel._record import OUTPUTS_DIRNAME
 from npu_static_kernel._version import __version__
@@ -74,6 +75,7 @@ def _clean(args: argparse.Namespace) -> int:
     return 0
 
 
+@quiet_exit("npu-static-kernel")
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``npu-static-kernel`` command line.
 
@@ -84,19 +86,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         The process exit code.
     """
     parser = argparse.ArgumentParser(
-        prog="npu-static-kernel", description="Inspect and clean static kernel artifacts."
+        prog="npu-static-kernel",
+        description="Inspect and clean static kernel artifacts.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--build-dir", default=None, help="the build directory (default: current directory)"
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    listing = commands.add_parser("list", parents=[common], help="list cached artifacts")
+    commands = parser.add_subparsers(
+        dest="command", required=True, help="what to do; `COMMAND --help` for its options"
+    )
+    listing = commands.add_parser(
+        "list", parents=[common], help="list cached artifacts", formatter_class=HelpFormatter
+    )
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     listing.set_defaults(run=_list)
     clean = commands.add_parser(
-        "clean", parents=[common], help="remove artifacts (running Ascend uninstall scripts)"
+        "clean",
+        parents=[common],
+        help="remove artifacts (running Ascend uninstall scripts)",
+        formatter_class=HelpFormatter,
     )
     clean.add_argument("--key", help="remove only the artifact whose key starts with this")
     clean.add_argument(

@@ -1,0 +1,48 @@
+"""How the ``npu-graph-export`` command line behaves around its commands."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+from npu_graph_export import cli
+
+
+def test_every_argument_has_help_and_shows_its_default(
+    argparse_problems: Callable[[argparse.ArgumentParser], list[str]],
+) -> None:
+    assert argparse_problems(cli._parser()) == []
+
+
+def test_ctrl_c_exits_130_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(args: argparse.Namespace) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_cmd_inspect", interrupted)
+    assert cli.main(["inspect", "anything.air"]) == 130
+    assert capsys.readouterr().err == "npu-graph-export: interrupted\n"
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    # The reader is gone before the command writes; output into a pipe is block-buffered (as in
+    # `npu-graph-export inspect out --dot | head`), so the write fails at the flush.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "npu_graph_export", "--help"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        process.stdout.close()
+        err = process.stderr.read().decode()
+        code = process.wait(timeout=300)
+    assert err == ""
+    assert code == 141
