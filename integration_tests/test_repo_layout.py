@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -90,3 +92,100 @@ def test_torch_npu_is_only_an_optional_extra() -> None:
     with (ROOT / "packages/npu-compile/pyproject.toml").open("rb") as f:
         project = tomllib.load(f)["project"]
     assert project["optional-dependencies"]["npu"][0].startswith("torch-npu")
+
+
+def test_license_is_apache_and_every_wheel_carries_it() -> None:
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text
+    assert "Version 2.0, January 2004" in text
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+    for package_dir in PACKAGE_DIRS:
+        with (package_dir / "pyproject.toml").open("rb") as f:
+            project = tomllib.load(f)["project"]
+        assert project["license"] == "Apache-2.0"
+        # hatchling puts license-files into the wheel's .dist-info/licenses/; the files must
+        # live inside the package directory, so each holds a copy of the root LICENSE.
+        assert project["license-files"] == ["LICENSE"]
+        assert (package_dir / "LICENSE").read_text() == text, f"{package_dir.name}/LICENSE differs"
+
+
+def test_project_urls_point_at_one_repository() -> None:
+    homes = set()
+    for package_dir in PACKAGE_DIRS:
+        with (package_dir / "pyproject.toml").open("rb") as f:
+            urls = tomllib.load(f)["project"]["urls"]
+        homes.add(urls["Homepage"])
+        assert urls["Source"] == f"{urls['Homepage']}/tree/main/packages/{package_dir.name}"
+        assert urls["Changelog"].endswith(f"/packages/{package_dir.name}/CHANGELOG.md")
+        assert urls["Issues"] == f"{urls['Homepage']}/issues"
+    assert len(homes) == 1, homes
+
+
+def test_requires_python_matches_the_tested_versions() -> None:
+    nox_text = (ROOT / "noxfile.py").read_text()
+    tested = re.search(r'NPU_PYTHONS", "([^"]+)"', nox_text)
+    assert tested is not None
+    lowest = min(tested.group(1).split(","), key=lambda v: tuple(map(int, v.split("."))))
+    for package_dir in PACKAGE_DIRS:
+        with (package_dir / "pyproject.toml").open("rb") as f:
+            project = tomllib.load(f)["project"]
+        assert project["requires-python"] == f">={lowest}", package_dir.name
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        tools = tomllib.load(f)["tool"]
+    assert tools["mypy"]["python_version"] == lowest
+    assert tools["ruff"]["target-version"] == "py" + lowest.replace(".", "")
+
+
+@pytest.mark.parametrize("package_dir", PACKAGE_DIRS, ids=lambda d: d.name)
+def test_changelog_fragments_are_named_for_towncrier(package_dir: Path) -> None:
+    with (package_dir / "pyproject.toml").open("rb") as f:
+        towncrier = tomllib.load(f)["tool"]["towncrier"]
+    assert towncrier["filename"] == "CHANGELOG.md"
+    assert towncrier["start_string"].strip() in (package_dir / "CHANGELOG.md").read_text()
+    types = {entry["directory"] for entry in towncrier["type"]}
+    assert types == {"added", "changed", "deprecated", "removed", "fixed", "security"}
+    fragments = package_dir / towncrier["directory"]
+    assert fragments.is_dir()
+    for fragment in fragments.iterdir():
+        if fragment.name == ".gitkeep":
+            continue
+        # <issue>.<type>.md or +<slug>.<type>.md; towncrier skips anything else silently.
+        match = re.fullmatch(r"(\d+|\+[\w.-]+?)\.(\w+)\.md", fragment.name)
+        assert match, f"{fragment}: name it <issue>.<type>.md or +<slug>.<type>.md"
+        assert match.group(2) in types, f"{fragment}: type must be one of {sorted(types)}"
+        assert fragment.read_text().strip(), f"{fragment} is empty"
+
+
+def test_the_repository_names_no_outside_machinery() -> None:
+    # Documentation describes a plain machine and cites only files in the repository.
+    for name in ("CONTRIBUTING.md", "benchmarks/RESULTS.md", "benchmarks/device_suite.sh"):
+        text = (ROOT / name).read_text()
+        for phrase in ("lent", "shared/research", "the `device` tool", "$OUT"):
+            assert phrase not in text, f"{name} mentions {phrase!r}"
+    for name in ("benchmarks/RESULTS.md", "benchmarks/device_suite.sh"):
+        # Figures belong to machines and dates, not to whoever ran them ("nox session" is fine).
+        assert not re.search(r"(?<!nox )\bsessions?\b", (ROOT / name).read_text()), name
+
+
+def test_device_suite_takes_an_out_directory(tmp_path: Path) -> None:
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    script = str(ROOT / "benchmarks" / "device_suite.sh")
+    shown = subprocess.run([bash, script, "--help"], capture_output=True, text=True, check=False)
+    assert shown.returncode == 0
+    assert "--out DIR" in shown.stdout
+    wrong = subprocess.run([bash, script, "--bogus"], capture_output=True, text=True, check=False)
+    assert wrong.returncode == 2
+    assert "unknown argument" in wrong.stderr
+    missing = subprocess.run([bash, script, "--out"], capture_output=True, text=True, check=False)
+    assert missing.returncode == 2
+
+
+def test_each_cli_runs_as_a_module() -> None:
+    for package_dir in PACKAGE_DIRS:
+        with (package_dir / "pyproject.toml").open("rb") as f:
+            scripts = tomllib.load(f)["project"].get("scripts", {})
+        src = package_dir / "src" / package_dir.name.replace("-", "_")
+        if scripts:
+            assert (src / "__main__.py").is_file(), f"python -m {src.name} does not work"

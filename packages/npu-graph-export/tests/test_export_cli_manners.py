@@ -46,3 +46,11 @@ def test_a_closed_pipe_ends_quietly() -> None:
         code = process.wait(timeout=300)
     assert err == ""
     assert code == 141
+
+
+def test_lazy_public_names_are_listed_by_dir() -> None:
+    import npu_graph_export
+
+    listed = dir(npu_graph_export)
+    for name in npu_graph_export.__all__:
+        assert name in listed, f"dir(npu_graph_export) misses {name}"
