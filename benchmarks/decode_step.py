@@ -24,7 +24,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None, help="cpu, cuda, npu (default: best)")
     parser.add_argument("--steps", type=int, default=50, help="steps per timing round")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument(
+        "--out", default=str(Path(__file__).parent / "results"), help="directory for the JSON file"
+    )
     args = parser.parse_args()
     if args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
