@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from npu_compile._tensorify import tensorify_int_inputs
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NpuCompileError
 
@@ -362,7 +363,10 @@ def _compile(
     grad_enabled = torch.is_grad_enabled()
     is_state = _input_kinds_from_sources(gm, example_inputs)
     n_dynamo_inputs = len(example_inputs)
-    device_type = next(iter(_devices(example_inputs)), "cpu")
+    device = next(
+        (x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu")
+    )
+    device_type = device.type
     dynamo_gm = gm
     built: dict[str, Any] = {}
 
@@ -398,9 +402,19 @@ def _compile(
             )
             return forward
         bypass = meta is not None and _runner_is_whole_call(meta, fw_gm, n_dynamo_inputs)
+        # Ints that decide no shape become device scalars: one graph for all their values.
+        tensorified = tensorify_int_inputs(prepared, example_inputs)
+        if tensorified is not None:
+            forward = _forward_of(prepared)
         specialize = _specializer(config, prepared)
         replayed = forward
-        if device_type == "cpu" and bypass and specialize is None and CPU_REPLAYS_DYNAMO_GRAPH:
+        if (
+            device_type == "cpu"
+            and bypass
+            and specialize is None
+            and tensorified is None
+            and CPU_REPLAYS_DYNAMO_GRAPH
+        ):
             # The CPU "graph" replays by re-running Python. Dynamo's graph calls the fast torch
             # bindings (one `linear` instead of ATen `t` + `addmm` overload calls), several µs
             # cheaper per step, with the same ops and the same in-place updates. With `bypass`
@@ -420,6 +434,8 @@ def _compile(
         # Inside AOT's wrapper (no bypass) the runner receives AOT's arguments, which Dynamo
         # does not guard, so nothing is marked guarded there.
         function = runner.as_function()
+        if tensorified is not None:
+            function = tensorified.wrap(function, device)
         built["direct"] = function
         built["bypass"] = bypass
         return function

@@ -23,13 +23,23 @@ from npu_mempool._entry import Entry, pool_in_use
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._pool import PoolHandle
-from npu_mempool.errors import CaptureError, CaptureLimitWarning, InputLayoutError, OptionsError
+from npu_mempool.errors import (
+    CaptureChurnWarning,
+    CaptureError,
+    CaptureLimitWarning,
+    InputLayoutError,
+    OptionsError,
+)
 
 __all__ = ["GraphRunner"]
 
 log = logging.getLogger("npu_mempool")
 
 _LAYOUT_ERRORS = (AttributeError, IndexError, TypeError)
+
+#: New graphs in a row, with no replay between them, that differ only in non-tensor values: past
+#: this many, the value changes on every call and each capture is wasted work.
+CHURN_LIMIT = 8
 
 
 class _Path:
@@ -141,6 +151,8 @@ class GraphRunner:
         self._specialized: dict[Hashable, Callable[..., Any]] = {}
         self._warm: dict[Hashable, int] = {}
         self._failed: set[Hashable] = set()
+        # Non-tensor values of the new keys captured since the last replay (churn detection).
+        self._misses: list[tuple[Hashable, tuple[Any, ...]]] = []
         self._layout: Layout | None = None
         self._eager = False
 
@@ -223,6 +235,7 @@ class GraphRunner:
             if found is None:
                 return self._miss(path, key, args)
             if not found.in_use() and not pool_in_use(found.pool, but=found):
+                self._misses.clear()
                 self.counters.replays += 1
                 counters.replays += 1
                 return found.replay(args)
@@ -280,6 +293,8 @@ class GraphRunner:
             if seen < self._warmup_runs(args):
                 self._warm[key] = seen + 1
                 return self._eager_call(args)
+            if self._churning(args):
+                return self._give_up_churn(args)
         if self.num_graphs >= self._options.capture_limit:
             # Graphs captured for inputs that no longer exist free their place first.
             self._drop_dead(path, key)
@@ -324,6 +339,39 @@ class GraphRunner:
         self.counters.replays += 1
         counters.replays += 1
         return entry.replay(args)
+
+    def _churning(self, args: tuple[Any, ...]) -> bool:
+        """Whether the last new keys differed only in a non-tensor value that keeps changing."""
+        layout = self._layout_checked()
+        tensors = tuple((args[i].shape, args[i].dtype) for i in layout.user + layout.mutated)
+        values = tuple(args[i] for i in layout.scalars)
+        if self._misses and self._misses[-1][0] != tensors:
+            self._misses.clear()
+        self._misses.append((tensors, values))
+        return len(self._misses) > CHURN_LIMIT
+
+    def _give_up_churn(self, args: tuple[Any, ...]) -> Any:
+        layout = self._layout_checked()
+        varying = [
+            i
+            for n, i in enumerate(layout.scalars)
+            if len({repr(values[n]) for _, values in self._misses}) > 1
+        ]
+        warnings.warn(
+            f"GraphRunner {self.name!r} captured {CHURN_LIMIT} graphs in a row that differ only "
+            f"in the value of argument(s) {varying} (ints that change on every call) and never "
+            "replayed one; it runs eagerly from now on. Pass such a value as a tensor, keep it "
+            "out of the compiled region, or let it decide nothing but arithmetic (npu_compile "
+            "then passes it to the graph as a device scalar).",
+            CaptureChurnWarning,
+            stacklevel=4,
+        )
+        self._misses.clear()
+        self._free_graphs()
+        self._eager = True
+        self.counters.fallbacks += 1
+        counters.fallbacks += 1
+        return self._eager_call(args)
 
     def _layout_checked(self) -> Layout:
         assert self._layout is not None
