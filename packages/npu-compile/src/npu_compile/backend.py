@@ -343,6 +343,26 @@ def _specializer(
     return specialize
 
 
+def _specialized_per_shape(
+    specialize: Callable[[object, Sequence[object]], Callable[..., Any]], forward: CompiledFn
+) -> CompiledFn:
+    """Call the shape-specialised callable for each call's shapes (``debug.run_eagerly``)."""
+    built: dict[Hashable, Callable[..., Any]] = {}
+
+    def call(*args: Any) -> Any:
+        key = tuple(
+            (a.shape, a.dtype, a.stride()) if isinstance(a, torch.Tensor) else (type(a), a)
+            for a in args
+        )
+        fn = built.get(key)
+        if fn is None:
+            fn = built[key] = specialize(key, args)
+        return fn(*args)
+
+    call.__name__ = call.__qualname__ = getattr(forward, "__name__", "forward")
+    return call
+
+
 def _compile(
     gm: torch.fx.GraphModule,
     example_inputs: list[object],
@@ -396,6 +416,10 @@ def _compile(
             return forward
         if config.debug.run_eagerly:
             stats.eager += 1
+            specialize = _specializer(config, prepared)
+            if specialize is not None:
+                # The whole pipeline but the capture, as documented: static kernels included.
+                forward = _specialized_per_shape(specialize, forward)
             built["direct"] = forward
             built["bypass"] = meta is not None and _runner_is_whole_call(
                 meta, fw_gm, n_dynamo_inputs
