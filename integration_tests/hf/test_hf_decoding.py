@@ -34,10 +34,11 @@ def _fallbacks(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "npu_compile"]
 
 
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+# dynamic=None is torch.compile's default (automatic dynamic after a recompile).
+@pytest.mark.parametrize("dynamic", [None, True], ids=["default", "dynamic"])
 @pytest.mark.parametrize("name", DECODERS)
 def test_generate_with_a_static_cache_matches_eager(
-    name: str, dynamic: bool, caplog: pytest.LogCaptureFixture
+    name: str, dynamic: bool | None, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = decoder(name)
     ids = prompt(1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
