@@ -5,7 +5,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,13 +14,6 @@ from npu_compile import _bench, cli
 from npu_compile.cli import main
 
 SMALL = ["--layers", "1", "--dim", "32"]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def test_every_argument_has_help_and_shows_its_default(
