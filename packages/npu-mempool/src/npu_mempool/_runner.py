@@ -19,7 +19,7 @@ import torch
 
 from npu_mempool._capture import capture
 from npu_mempool._counters import Counters, counters
-from npu_mempool._device import GraphBackend, backend_for
+from npu_mempool._devices import GraphBackend, backend_for
 from npu_mempool._entry import Entry, pool_in_use
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions, InputKind
