@@ -198,7 +198,7 @@ def unpack_cache(
             staging = Path(tmp)
             files = _read_manifest(archive, tar, max_bytes)
             seen: set[str] = set()
-            for member in tar:
+            while (member := tar.next()) is not None:
                 name = member.name
                 if name not in files or name in seen:
                     raise _bad(archive, f"the member {name!r} is not in the manifest (or repeated)")
@@ -232,6 +232,8 @@ def unpack_cache(
                 else:
                     result.keys.append(key)
                     result.size_bytes += sum(int(d["size"]) for d in carried.values())
+    except CacheError:
+        raise
     except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
         raise CacheError(f"cannot unpack {archive} ({exc}); check the archive and disk") from exc
     return result
