@@ -121,7 +121,7 @@ def _mutate(tmp: Path, key: str, kind: str, target: str, value: Any) -> None:
 
 
 @settings(
-    max_examples=40,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
     derandomize=True,

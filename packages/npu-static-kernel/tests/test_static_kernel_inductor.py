@@ -295,3 +295,22 @@ def test_build_without_inductor_cache_redirection_still_works(
     )
     InductorBuilder().build(_request(), tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["inductor_artifact.bin"]
+
+
+def test_loading_skips_the_vector_isa_probe_only_while_it_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from npu_static_kernel import _inductor
+    from torch._inductor import cpu_vec_isa
+
+    def no_compiler(self: Any, code: str) -> bool:
+        raise AssertionError("the ISA probe compiled a test program")
+
+    monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build", no_compiler)
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    try:
+        with _inductor._trust_the_bundled_isa():
+            cpu_vec_isa.pick_vec_isa()  # what loading C++ kernels asks
+        assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 0  # not kept
+    finally:
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()

@@ -89,6 +89,44 @@ def _nothing() -> Iterator[None]:
     yield
 
 
+@contextlib.contextmanager
+def _trust_the_bundled_isa() -> Iterator[None]:
+    """Skip Inductor's CPU vector-ISA probe while loading a bundled artifact.
+
+    Before loading C++ kernels, Inductor proves each candidate ISA by compiling a test program
+    and loading it in a new Python process (about a second, and it fails on a machine without a
+    C++ compiler, which then misses the bundled kernels). The artifact's key already pins the
+    CPU capability, and the bundled kernels were compiled for the ISA picked at build time, so
+    the CPU's advertised ISAs are taken as they are for this load only; the probe result is not
+    kept, so later compiles in this process probe as usual. A user setting
+    (``cpp.vec_isa_ok``) or an ISA list this process already probed is left alone.
+    """
+    try:
+        from torch._inductor import config as inductor_config
+        from torch._inductor import cpu_vec_isa
+    except ImportError:
+        yield
+        return
+    listing = getattr(cpu_vec_isa, "valid_vec_isa_list", None)
+    cache_info = getattr(listing, "cache_info", None)
+    cache_clear = getattr(listing, "cache_clear", None)
+    cpp = getattr(inductor_config, "cpp", None)
+    if (
+        cache_info is None
+        or cache_clear is None
+        or cpp is None
+        or getattr(cpp, "vec_isa_ok", None) is not None
+        or cache_info().currsize
+    ):
+        yield
+        return
+    try:
+        with inductor_config.patch({"cpp.vec_isa_ok": True}):
+            yield
+    finally:
+        cache_clear()
+
+
 class InductorBuilder(StaticKernelBuilder):
     """Compile the FX graph with ``torch._inductor.standalone_compile`` for static shapes.
 
@@ -155,7 +193,7 @@ class InductorBuilder(StaticKernelBuilder):
                 # writes locks and cache entries while it loads.
                 private = _private_load_dir()
                 _copy_bundle(artifact_dir, private)
-                with cache_dir(str(private)):
+                with cache_dir(str(private)), _trust_the_bundled_isa():
                     artifact = CompiledArtifact.load(path=str(path), format="binary")
             else:
                 artifact = CompiledArtifact.load(path=str(path), format="binary")
