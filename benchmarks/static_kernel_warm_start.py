@@ -188,16 +188,16 @@ def main() -> None:
         return float(report[field]) / float(cold[field])
 
     rows = [
-        ("cold: record + build + load (s)", cold["compile_static_s"], 1.0),
-        ("warm: 2nd process, same Inductor cache (s)", warm["compile_static_s"], None),
-        ("warm, empty Inductor cache (s)", fresh["compile_static_s"], None),
-        ("copied read-only, empty Inductor cache (s)", copied["compile_static_s"], None),
-        ("cold process wall incl. import (s)", cold["process_wall_s"], 1.0),
-        ("warm process wall (s)", warm["process_wall_s"], None),
-        ("warm, empty Inductor cache, process wall (s)", fresh["process_wall_s"], None),
-        ("copied read-only, process wall (s)", copied["process_wall_s"], None),
-        ("step, eager ATen graph (us)", steps["eager_step_us"], None),
-        ("step, static kernels (us)", steps["static_step_us"], None),
+        ("cold: record + build + load (s)", cold["compile_static_s"]),
+        ("warm: 2nd process, same Inductor cache (s)", warm["compile_static_s"]),
+        ("warm, empty Inductor cache (s)", fresh["compile_static_s"]),
+        ("copied read-only, empty Inductor cache (s)", copied["compile_static_s"]),
+        ("cold process wall incl. import (s)", cold["process_wall_s"]),
+        ("warm process wall (s)", warm["process_wall_s"]),
+        ("warm, empty Inductor cache, process wall (s)", fresh["process_wall_s"]),
+        ("copied read-only, process wall (s)", copied["process_wall_s"]),
+        ("step, eager ATen graph (us)", steps["eager_step_us"]),
+        ("step, static kernels (us)", steps["static_step_us"]),
     ]
     ratios = {
         "warm": ratio(warm, "compile_static_s"),
@@ -215,7 +215,7 @@ def main() -> None:
     print(f"\nstatic kernel warm start on {args.device} ({device_name}), torch {torch.__version__}")
     print(f"block: batch {args.batch}, hidden {args.hidden}, {args.layers} layers\n")
     print(f"{'measure':<46}{'value':>10}")
-    for name, value, _ in rows:
+    for name, value in rows:
         print(f"{name:<46}{value:>10.3f}")
     print("\nsecond process / first process (target <= 0.2x):")
     for name, value in ratios.items():
