@@ -66,6 +66,8 @@ class FakeTorchNpu:
             graph=graph,
             graph_pool_handle=pool_handle,
             Stream=lambda device=None: fake.stream,
+            current_stream=lambda device=None: fake.stream,
+            set_stream=lambda stream: None,
             memory_reserved=lambda device=None: fake.reserved,
         )
         c = types.SimpleNamespace(
@@ -271,6 +273,8 @@ class FakeCudaGraphApi:
         monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: Graph())
         monkeypatch.setattr(torch.cuda, "graph", legacy)
         monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (3, 1))
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "caller-stream")
+        monkeypatch.setattr(torch.cuda, "set_stream", lambda s: api.log.append(("set_stream", s)))
         monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: list(api.segments))
         monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
         monkeypatch.setattr(
@@ -403,3 +407,53 @@ def test_cuda_drops_the_cublas_workspaces(monkeypatch: pytest.MonkeyPatch) -> No
     )
     _device._Cuda().drop_library_workspaces()
     assert calls == [True]
+
+
+def test_a_failed_cuda_capture_restores_the_stream_and_leaves_its_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = FakeCudaGraphApi(monkeypatch)
+    handles = iter([(3, 1), (3, 2)])
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: next(handles))
+    for hook in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
+        monkeypatch.setattr(
+            torch._C, hook, lambda i, p, hook=hook: api.log.append((hook, p)), raising=False
+        )
+    backend = _device.DeviceBackend(_device._Cuda(), accelerator_graph=False)
+    monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == 8:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return x * 2
+
+    runner = GraphRunner(fn, options=CaptureOptions(warmup_runs=0))
+    runner(torch.ones(4))
+    with pytest.raises(RuntimeError, match="capturing"):
+        runner(torch.ones(8))  # the failed key runs eagerly, which raises the same way
+    assert ("set_stream", "caller-stream") in api.log
+    assert ("_cuda_endAllocateToPool", (3, 1)) in api.log
+    runner(torch.ones(2))  # a later key captures into a fresh pool
+    pools = [entry[1] for entry in api.log if entry[0] == "cuda.graph"]
+    assert pools[-1] == (3, 2)
+
+
+def test_empty_and_host_outputs_are_not_pool_memory_for_the_rewind_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = FakeCudaGraphApi(monkeypatch)
+    backend = _device.DeviceBackend(_device._Cuda(), accelerator_graph=False)
+    monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
+    # Tensors stand in for CUDA ones here: mark the pool as a CPU one so the device check passes.
+    monkeypatch.setattr(
+        backend, "new_pool", lambda device: _device.PoolHandle(torch.device("cpu"), (3, 1))
+    )
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * 2, x[:0] + 1  # the second output holds no memory
+
+    runner = GraphRunner(fn, options=CaptureOptions(warmup_runs=0))
+    runner(torch.ones(4))
+    runner(torch.ones(8))
+    # Only the non-empty output (and the static input) are offered to the live-allocation check.
+    assert ("check", 2) in api.log

@@ -88,6 +88,11 @@ class GraphBackend(Protocol):
         """
 
 
+def _dense_strides(x: torch.Tensor) -> tuple[int, ...]:
+    """The strides a static copy of ``x`` gets: ``x``'s own where it is dense, else contiguous."""
+    return tuple(torch.empty_like(x, device="meta").stride())
+
+
 def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
     """The whole storage behind ``tensor`` as a flat uint8 tensor (no copy)."""
     return torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage())
@@ -152,7 +157,7 @@ class EmulatedBackend:
         blocks: list[int] = []
 
         def static_like(x: torch.Tensor) -> torch.Tensor:
-            block, tensor = arena.empty(x.shape, x.dtype)
+            block, tensor = arena.empty(x.shape, x.dtype, _dense_strides(x))
             blocks.append(block)
             # The emulated capture runs the callable, so it must see the real input values.
             tensor.copy_(x)
@@ -238,6 +243,8 @@ class _Family(Protocol):
     def drop_library_workspaces(self) -> None: ...
     def legacy_graph(self) -> Any: ...
     def legacy_context(self, graph: Any, pool_id: Any, stream: Any) -> Any: ...
+    def current_stream(self, device: torch.device) -> Any: ...
+    def abandon_capture(self, index: int, pool_id: Any, stream: Any) -> None: ...
 
 
 class _Cuda:
@@ -291,6 +298,20 @@ class _Cuda:
             graph, pool=pool_id, stream=stream, capture_error_mode="thread_local"
         )
 
+    def current_stream(self, device: torch.device) -> Any:
+        return torch.cuda.current_stream(device)
+
+    def abandon_capture(self, index: int, pool_id: Any, stream: Any) -> None:
+        # torch.cuda.graph ends the capture before it leaves its stream context: when ending the
+        # capture raises, the capture stream stays current and the allocator keeps routing this
+        # thread's allocations to the pool, refusing every later capture into it. Undo both.
+        torch.cuda.set_stream(stream)
+        for hook in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
+            call = getattr(torch._C, hook, None)
+            if call is not None:
+                with contextlib.suppress(RuntimeError):
+                    call(index, pool_id)
+
 
 def _torch_npu() -> Any:
     return importlib.import_module("torch_npu")
@@ -334,6 +355,18 @@ class _Npu:
 
     def legacy_context(self, graph: Any, pool_id: Any, stream: Any) -> Any:
         return _torch_npu().npu.graph(graph, pool=pool_id, stream=stream)
+
+    def current_stream(self, device: torch.device) -> Any:
+        return _torch_npu().npu.current_stream(device)
+
+    def abandon_capture(self, index: int, pool_id: Any, stream: Any) -> None:
+        npu = _torch_npu()
+        npu.npu.set_stream(stream)
+        for hook in ("_npu_endAllocateToPool", "_npu_releasePool"):
+            call = getattr(getattr(npu, "_C", None), hook, None)
+            if call is not None:
+                with contextlib.suppress(RuntimeError):
+                    call(index, pool_id)
 
 
 class _DeviceGraph:
@@ -394,14 +427,24 @@ class DeviceBackend:
 
         def static_like(x: torch.Tensor) -> torch.Tensor:
             # Allocated inside the capture, hence from the graph pool; filled before each replay.
-            # A normal tensor even under inference_mode: replays copy into it in any mode.
+            # A normal tensor even under inference_mode: replays copy into it in any mode. The
+            # caller's layout where it is dense (kernels built for its strides get them).
             with torch.inference_mode(False):
-                return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+                return torch.empty_strided(
+                    x.shape, _dense_strides(x), dtype=x.dtype, device=x.device
+                )
 
         self._family.drop_library_workspaces()
+        stream = self._family.current_stream(pool.device)
         try:
             with torch.no_grad(), self._capturing(pool, made):
                 leaves, _rerun, _inputs = body(static_like)
+        except BaseException:
+            # A failed capture leaves the pool unusable for further captures: restore the
+            # caller's stream, stop allocating to the pool, and let the runner take a new pool.
+            self._family.abandon_capture(_index(pool.device), pool._native, stream)
+            pool._broken = True
+            raise
         finally:
             self._family.drop_library_workspaces()
         self._measure(pool, before)

@@ -327,6 +327,14 @@ class GraphRunner:
                     rewinds=path.rewinds,
                 )
         except Exception as exc:
+            if pool._broken and path.pool is pool:
+                log.warning(
+                    "GraphRunner %r: a failed capture left its pool unusable; later graphs go "
+                    "into a new pool",
+                    self.name,
+                )
+                path.pool = None
+                path.rewinds = self._options.reuse_pool_across_shapes
             return self._capture_failed(key, args, exc)
         self._report_capture(key, reason, time.perf_counter() - started, pool)
         if entries:
