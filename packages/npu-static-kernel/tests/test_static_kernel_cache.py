@@ -413,3 +413,35 @@ def test_listing_creates_nothing(tmp_path: Path) -> None:
     assert cli_main(["list", "--build-dir", str(tmp_path)]) == 0
     assert not (cache.root / "locks").exists()
     assert not (cache.root / "index.json.lock").exists()
+
+
+class OnceUnloadableBuilder(FileBuilder):
+    """Its artifacts verify (files intact) but the first load fails, as after a toolchain change."""
+
+    name = "once-unloadable"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads = 0
+
+    def load(self, artifact_dir: Path, request: BuildRequest) -> Callable[..., Any]:
+        self.loads += 1
+        if self.loads == 1:
+            raise CacheError("the artifact was made by another toolchain")
+        return super().load(artifact_dir, request)
+
+
+def test_verified_artifact_that_fails_to_load_is_discarded_and_rebuilt_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    args = [torch.ones(3), 2]
+    StaticKernelCompiler(tmp_path, builder=FileBuilder(), strict=True).compile_static(GM, args)
+    builder = OnceUnloadableBuilder()
+    builder_key = compute_key(GM, args, builder)
+    compiler = StaticKernelCompiler(tmp_path, builder=builder, strict=True)
+    with caplog.at_level(logging.WARNING, logger="npu_static_kernel"):
+        fn = compiler.compile_static(GM, args)  # builds, the load fails, rebuilds, loads
+    assert fn(torch.ones(3), 2)[0].tolist() == [2.0, 2.0, 2.0]
+    assert builder.built == [builder_key, builder_key]
+    assert caplog.text.count("discarding the unreadable artifact") == 1
+    assert (compiler.counters.loads, compiler.counters.fallbacks) == (1, 0)
