@@ -349,8 +349,8 @@ class GraphRunner:
             counters.recapture_reasons[reason] += 1
         if backend.executes_on_capture:
             return entry.hand_out()
-        self.counters.replays += 1
-        counters.replays += 1
+        # A device capture only records: the capturing call replays once for its results. That
+        # replay is part of the capture, not counted, so counters read the same on every device.
         return entry.replay(args)
 
     def _report_capture(
