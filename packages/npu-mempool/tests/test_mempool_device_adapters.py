@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from npu_mempool import CaptureOptions, GraphRunner, InputKind, _device, _runner
+from npu_mempool import CaptureOptions, GraphRunner, InputKind, _devices, _runner
 
 
 class FakeGraph:
@@ -91,17 +91,17 @@ class FakeTorchNpu:
 def fake_npu(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTorchNpu]:
     fake = FakeTorchNpu()
     monkeypatch.setitem(sys.modules, "torch_npu", fake.module)
-    _device.backend_for.cache_clear()
-    backend = _device.backend_for("npu")
+    _devices.backend_for.cache_clear()
+    backend = _devices.backend_for("npu")
     # Drive CPU tensors through the NPU adapter: only the adapter's calls are under test.
     monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
     yield fake
-    _device.backend_for.cache_clear()
+    _devices.backend_for.cache_clear()
 
 
 def test_npu_without_accelerator_graph_uses_npugraph(fake_npu: FakeTorchNpu) -> None:
-    assert _device.graph_implementation("npu") == "torch_npu.npu.NPUGraph"
-    handle = _device.backend_for("npu").new_pool(torch.device("cpu"))
+    assert _devices.graph_implementation("npu") == "torch_npu.npu.NPUGraph"
+    handle = _devices.backend_for("npu").new_pool(torch.device("cpu"))
     assert handle._native == (7, 0)
     assert fake_npu.calls("graph_pool_handle") == [("graph_pool_handle",)]
 
@@ -211,7 +211,7 @@ def test_rewind_is_refused_when_the_pool_holds_unknown_memory(
 
 def test_unknown_device_type_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="'cpu' \\(emulated\\), 'cuda' and 'npu'"):
-        _device.backend_for("xla")
+        _devices.backend_for("xla")
 
 
 def test_importing_the_package_never_imports_torch_npu() -> None:
@@ -297,7 +297,7 @@ class FakeCudaGraphApi:
 @pytest.mark.parametrize("accelerator_graph", [True, False])
 def test_cuda_adapter_contract(monkeypatch: pytest.MonkeyPatch, accelerator_graph: bool) -> None:
     api = FakeCudaGraphApi(monkeypatch)
-    backend = _device.DeviceBackend(_device._Cuda(), accelerator_graph=accelerator_graph)
+    backend = _devices.DeviceBackend(_devices.Cuda(), accelerator_graph=accelerator_graph)
     monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
     expected = "torch.accelerator.Graph" if accelerator_graph else "torch.cuda.CUDAGraph"
     assert backend.name == expected
@@ -324,17 +324,17 @@ def test_cuda_adapter_contract(monkeypatch: pytest.MonkeyPatch, accelerator_grap
 def test_cuda_picks_accelerator_graph_only_where_torch_has_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _device.backend_for.cache_clear()
+    _devices.backend_for.cache_clear()
     try:
         has_it = hasattr(torch.accelerator, "Graph")
-        assert _device.has_accelerator_graph() is has_it
+        assert _devices.has_accelerator_graph() is has_it
         expected = "torch.accelerator.Graph" if has_it else "torch.cuda.CUDAGraph"
-        assert _device.graph_implementation("cuda") == expected
-        _device.backend_for.cache_clear()
+        assert _devices.graph_implementation("cuda") == expected
+        _devices.backend_for.cache_clear()
         monkeypatch.delattr(torch.accelerator, "Graph", raising=False)
-        assert _device.graph_implementation("cuda:0") == "torch.cuda.CUDAGraph"
+        assert _devices.graph_implementation("cuda:0") == "torch.cuda.CUDAGraph"
     finally:
-        _device.backend_for.cache_clear()
+        _devices.backend_for.cache_clear()
 
 
 def test_the_empty_checkpoint_capture_does_not_warn(
@@ -388,7 +388,7 @@ def test_library_workspaces_are_dropped_around_each_capture(
     # A cuBLAS workspace allocated during a capture would stay allocated in the graph pool and
     # make every later rewind refuse (mode 2 silently off); CUDA Graph Trees drop them too.
     events: list[str] = []
-    monkeypatch.setattr(_device._Npu, "drop_library_workspaces", lambda self: events.append("drop"))
+    monkeypatch.setattr(_devices.Npu, "drop_library_workspaces", lambda self: events.append("drop"))
 
     def fn(x: torch.Tensor) -> torch.Tensor:
         events.append("body")
@@ -405,7 +405,7 @@ def test_cuda_drops_the_cublas_workspaces(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(
         torch._C, "_cuda_clearCublasWorkspaces", lambda: calls.append(True), raising=False
     )
-    _device._Cuda().drop_library_workspaces()
+    _devices.Cuda().drop_library_workspaces()
     assert calls == [True]
 
 
@@ -419,7 +419,7 @@ def test_a_failed_cuda_capture_restores_the_stream_and_leaves_its_pool(
         monkeypatch.setattr(
             torch._C, hook, lambda i, p, hook=hook: api.log.append((hook, p)), raising=False
         )
-    backend = _device.DeviceBackend(_device._Cuda(), accelerator_graph=False)
+    backend = _devices.DeviceBackend(_devices.Cuda(), accelerator_graph=False)
     monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
 
     def fn(x: torch.Tensor) -> torch.Tensor:
@@ -442,11 +442,11 @@ def test_empty_and_host_outputs_are_not_pool_memory_for_the_rewind_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     api = FakeCudaGraphApi(monkeypatch)
-    backend = _device.DeviceBackend(_device._Cuda(), accelerator_graph=False)
+    backend = _devices.DeviceBackend(_devices.Cuda(), accelerator_graph=False)
     monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
     # Tensors stand in for CUDA ones here: mark the pool as a CPU one so the device check passes.
     monkeypatch.setattr(
-        backend, "new_pool", lambda device: _device.PoolHandle(torch.device("cpu"), (3, 1))
+        backend, "new_pool", lambda device: _devices.PoolHandle(torch.device("cpu"), (3, 1))
     )
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

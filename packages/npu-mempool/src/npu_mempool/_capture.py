@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from npu_mempool._device import GraphBackend
+from npu_mempool._devices import GraphBackend
 from npu_mempool._entry import Entry, storage_ref
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from npu_mempool._device import Graph
+from npu_mempool._devices import Graph
 from npu_mempool._outputs import Output, storage_uses
 from npu_mempool._pool import PoolHandle
 from npu_mempool._trace import profiled
