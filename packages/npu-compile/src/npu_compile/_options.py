@@ -361,7 +361,7 @@ class _Option(Generic[T]):
         return value
 
     def __set__(self, obj: _Node, value: T) -> None:
-        obj.__dict__[self.name] = self.validate(obj._path(self.name), _unview(value))
+        obj.__dict__[self.name] = self.validate(obj._path_of(self.name), _unview(value))
 
 
 class _Group(Generic[G]):
@@ -385,7 +385,7 @@ class _Group(Generic[G]):
         return group
 
     def __set__(self, obj: _Node, value: object) -> None:
-        path = obj._path(self.name)
+        path = obj._path_of(self.name)
         names = ", ".join(sorted(self.cls._leaf_names()))
         raise ConfigError(
             f"{path} is a group of options, not an option: set one of its options instead "
@@ -404,7 +404,7 @@ class _Node:
             if isinstance(attr, _Option):
                 self.__dict__[name] = attr.default
             else:
-                self.__dict__[name] = attr.cls(self._path(name))
+                self.__dict__[name] = attr.cls(self._path_of(name))
 
     @classmethod
     def _declared(cls) -> dict[str, _Option[Any] | _Group[Any]]:
@@ -419,7 +419,7 @@ class _Node:
     def _leaf_names(cls) -> list[str]:
         return list(cls._declared())
 
-    def _path(self, name: str) -> str:
+    def _path_of(self, name: str) -> str:
         prefix: str = self.__dict__.get("_prefix_", "")
         return f"{prefix}.{name}" if prefix else name
 
@@ -440,7 +440,7 @@ class _Node:
 
     def __delattr__(self, name: str) -> None:
         if name in self._declared():
-            path = self._path(name)
+            path = self._path_of(name)
             raise ConfigError(
                 f"{path} cannot be deleted: options always have a value; assign its default "
                 f"instead (a fresh CompilerConfig().{path} holds it)"
@@ -461,7 +461,7 @@ class _Node:
             if isinstance(attr, _Group):
                 yield from value.items()
             else:
-                yield self._path(name), value
+                yield self._path_of(name), value
 
     def options(self) -> Iterator[tuple[str, _Option[Any], object]]:
         """Yield ``(dotted path, option, value)`` for every leaf option, depth first."""
@@ -470,7 +470,7 @@ class _Node:
             if isinstance(attr, _Group):
                 yield from value.options()
             else:
-                yield self._path(name), attr, value
+                yield self._path_of(name), attr, value
 
     def as_dict(self) -> dict[str, object]:
         """Return every leaf option as ``{dotted path: value}``."""

@@ -197,7 +197,9 @@ def run_post_grad_passes(
             run()
             gm.graph.lint()
         except Exception as error:
-            logger.debug("%s: %s pass skipped (%s: %s)", name, pass_name, type(error).__name__, error)
+            logger.debug(
+                "%s: %s pass skipped (%s: %s)", name, pass_name, type(error).__name__, error
+            )
             gm.graph = backup
     if builtin:
         gm.recompile()

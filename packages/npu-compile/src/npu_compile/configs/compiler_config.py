@@ -7,6 +7,7 @@ script ports by changing its import. Every assignment is validated on the spot.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from npu_compile._options import (
     _Group,
@@ -44,6 +45,10 @@ _GE = (
 _ASCEND = "it drives an Ascend-only runtime feature (CANN), which this backend does not use"
 _NPU_PATTERNS = (
     "its passes rewrite Ascend (torch_npu) operator patterns, which graphs here do not contain"
+)
+_NO_DATA_DUMP = (
+    "per-node tensor dumps are not implemented; read intermediate values with a "
+    "post_grad_custom_post_pass that adds outputs, or debug.run_eagerly"
 )
 _EXPORT_INTERNAL = "dynamo_export sets it itself; set dynamo_export's arguments instead"
 
@@ -117,6 +122,15 @@ class AclGraphDebugConfig(_Node):
 
 
 class _DumpBase(_Node):
+    # TorchAir keeps the folder in `_path` (with `path` as its property); scripts use either.
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__("path" if name == "_path" else name, value)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "_path":
+            return object.__getattribute__(self, "__dict__").get("path")
+        return super().__getattribute__(name)
+
     def full_path(self, name: str) -> str | None:
         """Where a dump named ``name`` goes (TorchAir's naming), or ``None`` when off."""
         import os
@@ -125,7 +139,7 @@ class _DumpBase(_Node):
         kind = self.__dict__["type"]
         if kind is None:
             return None
-        folder = self.__dict__["path"] or "."
+        folder = self.__dict__.get("path") or "."
         stamp = datetime.now(tz=timezone.utc).strftime("%Y%m%d%H%M%S%f")
         return os.path.join(folder, f"{name}_rank_0_pid_{os.getpid()}_ts_{stamp}.{kind}")
 
@@ -151,15 +165,9 @@ class GraphDumpConfig(_DumpBase):
 class DataDumpConfig(_DumpBase):
     """``debug.data_dump``: TorchAir's eager per-node tensor dump; accepted, no effect here."""
 
-    type = _Option[str | None](
-        None,
-        optional_choice("npy"),
-        "eager tensor dump",
-        effect="per-node tensor dumps are not implemented; read intermediate values with "
-        "debug.run_eagerly and a post_grad_custom_post_pass",
-    )
-    path = _Option[str | None](None, real_path, "data dump folder")
-    filter = _Option[object](None, any_value, "data dump filter")
+    type = _Option[str | None](None, optional_choice("npy"), "eager dump", effect=_NO_DATA_DUMP)
+    path = _Option[str | None](None, real_path, "data dump folder", effect=_NO_DATA_DUMP)
+    filter = _Option[object](None, any_value, "data dump filter", effect=_NO_DATA_DUMP)
 
 
 class FxSummaryConfig(_DumpBase):
@@ -167,7 +175,6 @@ class FxSummaryConfig(_DumpBase):
 
     type = _Option[str | None](None, optional_choice("csv"), "fx summary", effect=_GE)
     skip_compile = _Option(True, boolean, "skip compilation after the summary", effect=_GE)
-    path = _Option[str | None](None, real_path, "fx summary folder")
 
 
 class DebugConfig(_Node):
