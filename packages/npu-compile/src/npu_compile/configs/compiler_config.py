@@ -31,7 +31,7 @@ from npu_compile._options import (
     real_path,
     str_or_none,
 )
-from npu_compile.errors import ConfigError
+from npu_compile.errors import ConfigError, UnknownOptionError
 
 __all__ = ["CompilerConfig", "NPUGRAPH_EX_OPTIONS"]
 
@@ -436,6 +436,16 @@ class CompilerConfig(_Node):
     def __init__(self) -> None:
         super().__init__("")
 
+    def _unknown(self, name: str) -> UnknownOptionError:
+        if name == "npugraphex_config":
+            return UnknownOptionError(
+                "CompilerConfig has no npugraphex_config: TorchAir keeps a process-wide mirror "
+                "of torch.compile(options=...) there; pass options= to torch.compile, or set the "
+                "config paths the keys map to (npu_compile.configs.compiler_config."
+                "NPUGRAPH_EX_OPTIONS)"
+            )
+        return super()._unknown(name)
+
     def with_options(self, options: Mapping[str, object] | None) -> CompilerConfig:
         """Return a copy with ``torch.compile(..., options={...})`` keys applied.
 
@@ -453,8 +463,6 @@ class CompilerConfig(_Node):
             ConfigError: ``options`` is not a mapping, or a value is not allowed.
         """
         import difflib
-
-        from npu_compile.errors import UnknownOptionError
 
         if not isinstance(options, Mapping):
             raise ConfigError(
