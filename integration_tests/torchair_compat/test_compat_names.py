@@ -150,19 +150,13 @@ def check_dynamo_export(device: torch.device, tmp_path: Path) -> None:
 
 
 @covers("`torchair.core.utils.logger`")
-def check_logger(device: torch.device, caplog: pytest.LogCaptureFixture) -> None:
+def check_logger(device: torch.device, caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     assert logger is torchair.logger
     config = CompilerConfig()
     config.debug.graph_dump.type = "py"  # logs where the dump went
-    config.debug.graph_dump.path = str(Path.cwd())
-    logger.setLevel(logging.DEBUG)
-    try:
-        with caplog.at_level(logging.DEBUG, logger="npu_compile"), torch.no_grad():
-            _compile(torch.nn.ReLU(), config)(torch.ones(2, device=device))
-    finally:
-        logger.setLevel(logging.NOTSET)
-        for dump in Path.cwd().glob("npu_compile_*_rank_0_pid_*.py"):
-            dump.unlink()
+    config.debug.graph_dump.path = str(tmp_path)
+    with caplog.at_level(logging.DEBUG, logger="npu_compile"), torch.no_grad():
+        _compile(torch.nn.ReLU(), config)(torch.ones(2, device=device))
     assert any("graph dump of" in record.getMessage() for record in caplog.records)
 
 
