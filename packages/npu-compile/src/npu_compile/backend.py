@@ -261,7 +261,11 @@ class NpuBackend:
         _compat.warn_no_effect(self.config, self._warned)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, NpuBackend) and other.config == self.config
+        return (
+            isinstance(other, NpuBackend)
+            and other.config == self.config
+            and other.decompositions == self.decompositions
+        )
 
     def __hash__(self) -> int:
         return hash(("NpuBackend", self.config))
