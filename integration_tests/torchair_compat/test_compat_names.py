@@ -324,18 +324,77 @@ def check_npugraphex_config(device: torch.device) -> None:
         _ = CompilerConfig().npugraphex_config
 
 
+# ---- accepted with no effect -------------------------------------------------------------------
+
+
+@covers("`torchair.scope.npu_wait_tensor(")
+def check_npu_wait_tensor(device: torch.device) -> None:
+    # TorchAir's test_npu_stream_switch_no_support_npu_wait_tensor_with_reduce_over_head, which
+    # TorchAir refuses in reduce-overhead mode; here the waits order the side streams.
+    class Model(torch.nn.Module):
+        def forward(self, in1: Any, in2: Any, in3: Any, in4: Any) -> tuple[torch.Tensor, ...]:
+            add_result = torch.add(in1, in2)
+            with torchair.scope.npu_stream_switch("wt-1", 3):
+                torchair.scope.npu_wait_tensor(in4, add_result)
+                mm_result1 = torch.mm(in3, in4)
+                with torchair.scope.npu_stream_switch("wt-2", 3):
+                    torchair.scope.npu_wait_tensor(in3, add_result)
+                    mm_result2 = torch.mm(in3, in4)
+            return add_result, mm_result1, mm_result2
+
+    config = CompilerConfig()
+    config.mode = "reduce-overhead"
+    config.debug.aclgraph.clone_input = False
+    ins = [torch.randn(2, 2, device=device) for _ in range(4)]
+    with torch.no_grad():
+        outs = _compile(Model(), config)(*ins)
+    expected = (ins[0] + ins[1], ins[2] @ ins[3], ins[2] @ ins[3])
+    for got, want in zip(outs, expected, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def _no_effect_scopes_check(scopes: dict[str, Callable[[], Any]]) -> Callable[..., None]:
+    def check(device: torch.device) -> None:
+        import npu_compile._scopes
+
+        for name, make in scopes.items():
+            npu_compile._scopes._warned.discard(name)
+
+            def fn(x: torch.Tensor, make: Callable[[], Any] = make) -> torch.Tensor:
+                with make():
+                    return x * 2
+
+            compiled = torch.compile(fn, backend=torchair.get_npu_backend(), fullgraph=True)
+            with pytest.warns(torchair.NoEffectWarning, match=rf"scope\.{name} has no effect"):
+                out = compiled(torch.ones(2, device=device))
+            assert out.tolist() == [2.0, 2.0]
+        with pytest.raises(TypeError, match="must be bool"):
+            torchair.scope.op_never_timeout(1)  # type: ignore[arg-type]
+
+    return check
+
+
+CHECKS["`torchair.scope.limit_core_num("] = _no_effect_scopes_check(
+    {
+        "limit_core_num": lambda: torchair.scope.limit_core_num(4, 8),
+        "super_kernel": lambda: torchair.scope.super_kernel("sk", "stream-fusion=1"),
+        "data_dump": lambda: torchair.scope.data_dump(),
+    }
+)
+CHECKS["`torchair.scope.op_never_timeout("] = _no_effect_scopes_check(
+    {"op_never_timeout": lambda: torchair.scope.op_never_timeout(True)}
+)
+
+
+@covers("`torchair.patch_for_hcom()`")
+def check_patch_for_hcom(device: torch.device) -> None:
+    with pytest.warns(torchair.NoEffectWarning, match="traces torch.distributed"):
+        torchair.patch_for_hcom()
+
+
 # ---- refused names -----------------------------------------------------------------------------
 
 REFUSED = {
-    "`torchair.scope.limit_core_num`": [
-        ("scope", "limit_core_num"),
-        ("scope", "super_kernel"),
-        ("scope", "data_dump"),
-    ],
-    "`torchair.scope.op_never_timeout`": [
-        ("scope", "op_never_timeout"),
-        ("scope", "npu_wait_tensor"),
-    ],
     "`torchair.ops.npu_fused_infer_attention_score`": [
         ("ops", "npu_fused_infer_attention_score"),
         ("ops", "npu_fused_infer_attention_score_v2"),
@@ -348,7 +407,6 @@ REFUSED = {
         ("", "use_internal_format_weight"),
         ("", "npu_format_cast_via_cpu"),
     ],
-    "`torchair.patch_for_hcom`": [("", "patch_for_hcom")],
     "`torchair.inference`": [("", "inference"), ("", "llm_datadist")],
 }
 
@@ -394,13 +452,16 @@ def test_public_name_row(
     monkeypatch.setattr(npu_streams._ops, "_inner_parallel_warned", False)
     check = CHECKS[_row_key(row[0])]
     status = row[1]
-    assert status in ("implemented", "refused")
+    assert status in ("implemented", "accepted, no effect", "refused")
     kwargs: dict[str, Any] = {"device": device}
     code = check.__code__
     if "tmp_path" in code.co_varnames[: code.co_argcount]:
         kwargs["tmp_path"] = tmp_path
     if "caplog" in code.co_varnames[: code.co_argcount]:
         kwargs["caplog"] = caplog
+    if status == "accepted, no effect":
+        check(**kwargs)  # asserts its own warning
+        return
     with warnings.catch_warnings():
         # A script that is not about warnings must not trigger NoEffectWarning.
         warnings.simplefilter("error", torchair.NoEffectWarning)

@@ -201,7 +201,7 @@ def test_torchair_names_we_do_not_provide_say_why() -> None:
     with pytest.raises(UnsupportedApiError, match=r"get_compiler .*get_npu_backend"):
         _ = npu_compile.get_compiler
     with pytest.raises(UnsupportedApiError, match="Ascend"):
-        _ = npu_compile.scope.limit_core_num
+        _ = npu_compile.ops.npu_fused_infer_attention_score
     with pytest.raises(UnsupportedApiError, match="npu_print"):
         _ = npu_compile.ops.npu_print
     assert not hasattr(npu_compile, "npu_format_cast_via_cpu")

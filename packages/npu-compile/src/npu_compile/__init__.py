@@ -41,6 +41,7 @@ __all__ = [
     "PhaseTiming",
     "dynamo_export",
     "graph_pool_handle",
+    "patch_for_hcom",
     "logger",
     "scope",
     "ops",
@@ -53,6 +54,22 @@ __all__ = [
     "UnsupportedApiError",
     "NoEffectWarning",
 ]
+
+
+def patch_for_hcom() -> None:
+    """TorchAir's collective tracing patch for torch < 2.3.1: no effect here (warns).
+
+    torch >= 2.3.1, which npu-compile requires, traces ``torch.distributed`` collectives
+    natively, as TorchAir itself says when it is called on such a torch.
+    """
+    import warnings
+
+    warnings.warn(
+        "npu_compile.patch_for_hcom() has no effect: torch >= 2.3.1 traces torch.distributed "
+        "collectives natively; remove the call",
+        NoEffectWarning,
+        stacklevel=2,
+    )
 
 
 def __getattr__(name: str) -> object:

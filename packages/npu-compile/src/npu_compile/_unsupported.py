@@ -23,20 +23,9 @@ REFUSED: dict[str, dict[str, str]] = {
         ),
         "use_internal_format_weight": f"{_ASCEND} (private NPU weight formats)",
         "npu_format_cast_via_cpu": f"{_ASCEND} (private NPU weight formats)",
-        "patch_for_hcom": (
-            "torch >= 2.3.1 traces torch.distributed collectives natively (TorchAir itself only "
-            "warns here); remove the call"
-        ),
         "inference": f"{_GE} (cache_compile and dynamic gears)",
         "llm_datadist": f"{_ASCEND} (LLM-DataDist KV transfer)",
         "ge": f"{_GE} (GE graph construction API)",
-    },
-    "npu_compile.scope": {
-        "limit_core_num": f"{_ASCEND} (per-stream AI core limits)",
-        "super_kernel": f"{_ASCEND} (super kernel fusion)",
-        "op_never_timeout": _GE,
-        "data_dump": f"{_ASCEND} (aclgraph tensor dump)",
-        "npu_wait_tensor": f"{_GE}; use npu_compile.ops.wait([dependency]) for stream ordering",
     },
     "npu_compile.ops": {
         "npu_fused_infer_attention_score": f"{_ASCEND} (an Ascend attention kernel)",
