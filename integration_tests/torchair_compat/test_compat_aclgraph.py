@@ -146,6 +146,46 @@ def test_graph_dump_py(device: torch.device, tmp_path: Path) -> None:
     assert "aten.gelu" in dump.read_text()
 
 
+def test_data_dump_npy_with_filter(device: torch.device, tmp_path: Path) -> None:
+    # TorchAir's eager data dump page: dump only `add_1` and `sub`.
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            x = x + y
+            x = x + y
+            x = x * 2
+            return x - 1
+
+    config = CompilerConfig()
+    config.debug.data_dump.type = "npy"
+    config.debug.data_dump.path = str(tmp_path)
+    config.debug.data_dump.filter = lambda n: n if n.name in ["add_1", "sub"] else None
+    backend = _backend(config)
+    model = torch.compile(Model(), backend=backend)
+    x, y = torch.ones(2, 2, device=device), torch.ones(2, 2, device=device)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(model(x, y), (x + 2 * y) * 2 - 1)
+    assert backend.stats.captured == 0  # a data dump runs the graph eagerly, as in TorchAir
+    (graph_dir,) = (tmp_path / "worldsize1_global_rank0").iterdir()
+    assert sorted(p.name for p in graph_dir.iterdir()) == ["0", "1"]  # one folder per call
+    # <node>-<aten op>.<INPUT|OUTPUT>.<index>.<time>.npy (the op may be reinplaced: add_1 -> add_)
+    files = sorted(
+        (p.name.split("-")[0], *p.name.split(".")[-4:-2]) for p in (graph_dir / "0").iterdir()
+    )
+    assert files == [
+        ("add_1", "INPUT", "0"),
+        ("add_1", "INPUT", "1"),
+        ("add_1", "OUTPUT", "0"),
+        ("sub", "INPUT", "0"),
+        ("sub", "INPUT", "1"),
+        ("sub", "OUTPUT", "0"),
+    ]
+    import numpy as np
+
+    (out,) = (graph_dir / "0").glob("sub-*.OUTPUT.0.*.npy")
+    assert np.load(out).tolist() == [[5.0, 5.0], [5.0, 5.0]]
+
+
 def test_static_kernel_sym_value_range_excludes_keys(device: torch.device, tmp_path: Path) -> None:
     config = CompilerConfig()
     config.mode = "reduce-overhead"

@@ -116,7 +116,9 @@ def test_option_row(row: list[str], tmp_path: Path) -> None:
     if isinstance(default, str | int | bool | type(None)):
         assert default == ast.literal_eval(default_cell), f"README default of {path}"
     value = _alternate(path, default, tmp_path)
-    config.debug.graph_dump.path = str(tmp_path)  # a dump type writes there, not into the cwd
+    # A dump type writes into these folders, not into the current directory.
+    config.debug.graph_dump.path = str(tmp_path)
+    config.debug.data_dump.path = str(tmp_path)
     config.set(path, value)
     read = config.get(path)
     assert read == (tuple(value) if isinstance(value, list) else value)

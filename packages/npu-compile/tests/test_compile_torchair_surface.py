@@ -376,3 +376,24 @@ def test_dynamo_export_refuses_frozen_parameter(tmp_path: Path) -> None:
             torch.ones(2, 2), model=torch.nn.Linear(2, 2), export_path=str(tmp_path), config=config
         )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_data_dump_runs_eagerly_and_saves_each_operator(tmp_path: Path) -> None:
+    import numpy as np
+
+    config = CompilerConfig()
+    config.debug.data_dump.type = "npy"
+    config.debug.data_dump.path = str(tmp_path)
+    backend = get_npu_backend(compiler_config=config)
+    model = torch.compile(torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh()), backend=backend)
+    with torch.no_grad():
+        out = model(torch.tensor([-1.0, 1.0]))
+    assert backend.stats.captured == 0
+    assert backend.stats.eager == 1
+    (step,) = (tmp_path / "worldsize1_global_rank0").glob("npu_compile_*/0")
+    (tanh_in,) = step.glob("tanh-aten.tanh*.INPUT.0.*.npy")  # maybe reinplaced: tanh_
+    (tanh_out,) = step.glob("tanh-aten.tanh*.OUTPUT.0.*.npy")
+    np.testing.assert_allclose(np.load(tanh_in), [0.0, 1.0])  # saved before the op ran
+    np.testing.assert_allclose(np.load(tanh_out), out.numpy())
+    with pytest.raises(ConfigError, match="filter"):
+        config.debug.data_dump.filter = "add_1"

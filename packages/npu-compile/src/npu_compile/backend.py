@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from npu_compile import _compat, _passes
+from npu_compile import _compat, _dump, _passes
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NpuCompileError
 
@@ -408,7 +408,9 @@ def _compile(
         if host_sync is not None:
             built["fallback"] = host_sync
             return forward
-        if config.debug.run_eagerly:
+        dumper = _dump.data_dumper(prepared, config, name)
+        if config.debug.run_eagerly or dumper is not None:
+            forward = dumper or forward
             stats.eager += 1
             built["direct"] = forward
             built["bypass"] = meta is not None and _runner_is_whole_call(

@@ -46,10 +46,6 @@ _ASCEND = "it drives an Ascend-only runtime feature (CANN), which this backend d
 _NPU_PATTERNS = (
     "its passes rewrite Ascend (torch_npu) operator patterns, which graphs here do not contain"
 )
-_NO_DATA_DUMP = (
-    "per-node tensor dumps are not implemented; read intermediate values with a "
-    "post_grad_custom_post_pass that adds outputs, or debug.run_eagerly"
-)
 _EXPORT_INTERNAL = "dynamo_export sets it itself; set dynamo_export's arguments instead"
 
 
@@ -163,11 +159,19 @@ class GraphDumpConfig(_DumpBase):
 
 
 class DataDumpConfig(_DumpBase):
-    """``debug.data_dump``: TorchAir's eager per-node tensor dump; accepted, no effect here."""
+    """``debug.data_dump``: run graphs eagerly and save every operator's inputs and outputs.
 
-    type = _Option[str | None](None, optional_choice("npy"), "eager dump", effect=_NO_DATA_DUMP)
-    path = _Option[str | None](None, real_path, "data dump folder", effect=_NO_DATA_DUMP)
-    filter = _Option[object](None, any_value, "data dump filter", effect=_NO_DATA_DUMP)
+    Attributes:
+        type: ``"npy"`` turns the dump on: graphs are not captured, and each call writes one
+            ``.npy`` per operator input and output under
+            ``<path>/worldsize1_global_rank0/<graph>/<call>/``.
+        path: Folder of the dumps (default: current directory).
+        filter: ``fn(node) -> node or None``; only the FX nodes it returns are dumped.
+    """
+
+    type = _Option[str | None](None, optional_choice("npy"), "eager data dump")
+    path = _Option[str | None](None, real_path, "data dump folder")
+    filter = _Option[object](None, callable_or_none, "data dump filter")
 
 
 class FxSummaryConfig(_DumpBase):
