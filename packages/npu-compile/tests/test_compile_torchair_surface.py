@@ -184,7 +184,10 @@ def test_options_without_effect_warn_once_per_backend_and_say_why() -> None:
         get_npu_backend(compiler_config=clean)
 
 
-def test_npugraph_ex_keys_without_effect_warn_at_compile() -> None:
+def test_npugraph_ex_keys_without_effect_warn_at_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    import npu_compile.backend
+
+    monkeypatch.setattr(npu_compile.backend, "_default_backend", None)  # it warns once per process
     model = torch.compile(
         torch.nn.Linear(2, 2), backend="npu_compile", options={"force_recapture": True}
     )
