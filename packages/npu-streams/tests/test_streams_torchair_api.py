@@ -55,6 +55,14 @@ def test_one_tag_with_two_priorities_is_refused_on_cpu() -> None:
         pass
 
 
+def test_record_stream_fixes_the_tag_priority_on_cpu_as_on_a_device() -> None:
+    # On a device, record-stream creates the tagged stream (priority 0) when it does not exist.
+    npu_record_tagged_stream(torch.ones(1), "cpu-rs")
+    with pytest.raises(StreamTagError, match="already exists with priority 0"):  # noqa: SIM117
+        with npu_stream_switch("cpu-rs", stream_priority=-1):
+            pass
+
+
 def test_two_priorities_for_one_tag_in_one_graph_fail_at_compile() -> None:
     def fn(x: torch.Tensor) -> torch.Tensor:
         with npu_stream_switch("g-prio", stream_priority=-1):

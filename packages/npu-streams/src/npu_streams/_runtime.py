@@ -338,3 +338,8 @@ def record_tagged_stream(tensor: torch.Tensor, tag: str) -> None:
     device = _device.tensor_device(tensor)
     if device is not None:
         _device.record_stream(tensor, stream_for_tag(device, tag))
+    elif _device.active_device() is None and tag != DEFAULT_TAG:
+        # On a device this creates the tagged stream with priority 0 if it does not exist yet;
+        # the CPU keeps the same priority for the tag, so later scopes follow the same rule.
+        with _lock:
+            _cpu_priorities.setdefault(tag, 0)
