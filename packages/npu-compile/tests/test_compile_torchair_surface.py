@@ -243,6 +243,16 @@ def test_a_pass_returning_garbage_is_a_clear_error() -> None:
         _run(torch.nn.ReLU(), config, torch.ones(2))
 
 
+def test_a_failing_pass_is_reported_not_taken_for_an_eager_fallback() -> None:
+    def broken(gm: torch.fx.GraphModule, example_inputs: Any, config: Any) -> None:
+        raise KeyError("no such node")
+
+    config = CompilerConfig()
+    config.post_grad_custom_pre_pass = broken
+    with pytest.raises(Exception, match="post_grad_custom_pre_pass raised KeyError"):
+        _run(torch.nn.ReLU(), config, torch.ones(2))
+
+
 def test_custom_decompositions_replace_the_op() -> None:
     def doubled(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
         return x * 2

@@ -77,7 +77,12 @@ def _user_pass(
     example_inputs: Sequence[Any],
     config: CompilerConfig,
 ) -> torch.fx.GraphModule:
-    result = function(gm, list(example_inputs), config)
+    try:
+        result = function(gm, list(example_inputs), config)
+    except Exception as error:
+        # The user's code failed: say so, rather than let it pass for a graph AOT cannot trace.
+        first = str(error).splitlines()[0] if str(error) else ""
+        raise BackendError(f"{name} raised {type(error).__name__}: {first}") from error
     if isinstance(result, torch.fx.GraphModule):
         gm = result
     elif result is not None:
@@ -88,7 +93,8 @@ def _user_pass(
     try:
         gm.graph.lint()
     except Exception as error:
-        raise BackendError(f"{name} left an invalid graph: {error}") from None
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise BackendError(f"{name} left an invalid graph: {first}") from None
     gm.recompile()
     logger.debug("after %s:\n%s", name, gm.code)
     return gm
