@@ -290,34 +290,59 @@ def test_remove_noop_ops(remove: bool) -> None:
     assert ("aten.pow.Tensor_Scalar" in spy.ops()) is not remove
 
 
+def _captured_graph(config: CompilerConfig, tmp_path: Path) -> str:
+    """Have the graph that runs dumped as text (debug.graph_dump) and return the last one."""
+    config.debug.graph_dump.type = "txt"
+    config.debug.graph_dump.path = str(tmp_path)
+    return ""
+
+
+def _read_dump(tmp_path: Path) -> str:
+    dumps = sorted(tmp_path.glob("npu_compile_*.txt"), key=lambda p: p.stat().st_mtime)
+    return dumps[-1].read_text()
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["one-stream", "with-stream-scope"])
-def test_input_reinplace_is_skipped_when_streams_are_used(stream: bool) -> None:
-    spy = GraphSpy()
+def test_input_reinplace_is_skipped_when_streams_are_used(stream: bool, tmp_path: Path) -> None:
     config = CompilerConfig()
-    config.post_grad_custom_post_pass = spy
+    _captured_graph(config, tmp_path)
     model = KvCache(stream)
     x, pos = torch.ones(2, 4), torch.tensor([1, 2])
     out = _run(model, config, x, pos)
-    ops = spy.ops()
+    graph = _read_dump(tmp_path)
     if stream:  # as TorchAir: no reinplacing across streams, the copy back stays
-        assert "aten.copy_.default" in ops
-        assert "aten.index_put.default" in ops
+        assert "aten.copy_.default" in graph
+        assert "aten.index_put.default" in graph
     else:
-        assert "aten.index_put_.default" in ops
-        assert "aten.copy_.default" not in ops
+        assert "aten.index_put_.default" in graph
+        assert "aten.copy_.default" not in graph
     assert out.tolist() == [[4.0] * 4] * 2
     assert model.cache.sum().item() == 8.0
 
 
-def test_reinplace_passes_can_be_disabled_like_torchair() -> None:
-    spy = GraphSpy()
+def test_reinplace_passes_can_be_disabled_like_torchair(tmp_path: Path) -> None:
     config = CompilerConfig()
     config.debug.aclgraph.disable_reinplace_input_mutated_ops_pass = True
     config.debug.aclgraph.disable_reinplace_inplaceable_ops_pass = True
-    config.post_grad_custom_post_pass = spy
+    _captured_graph(config, tmp_path)
     _run(KvCache(), config, torch.ones(2, 4), torch.tensor([1, 2]))
-    assert "aten.copy_.default" in spy.ops()
-    assert not any(op.endswith("_.Tensor") or op.endswith("_.default") for op in spy.ops()[:-1])
+    graph = _read_dump(tmp_path)
+    assert "aten.copy_.default" in graph
+    assert "aten.index_put_.default" not in graph
+    assert "aten.add_.Tensor" not in graph
+
+
+def test_functional_reinplace_writes_into_dead_intermediates(tmp_path: Path) -> None:
+    class Chain(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x * 2).add(1).relu()
+
+    config = CompilerConfig()
+    _captured_graph(config, tmp_path)
+    assert _run(Chain(), config, torch.ones(3)).tolist() == [3.0] * 3
+    graph = _read_dump(tmp_path)
+    assert "aten.add_.Tensor" in graph  # `mul` is dead after the add: written in place
+    assert "aten.relu_.default" in graph
 
 
 def test_keep_inference_input_mutations_off_leaves_the_copy_to_aot() -> None:

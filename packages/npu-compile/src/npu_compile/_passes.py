@@ -1,10 +1,13 @@
 """Passes on the AOT (post-grad) graph before capture, in TorchAir's order.
 
-``post_grad_custom_pre_pass`` -> no-op removal (``experimental_config.remove_noop_ops``) ->
-reinplacing of copies back into mutated inputs (``debug.aclgraph.
-disable_reinplace_input_mutated_ops_pass``) -> reinplacing of functional ops whose input dies
-(``debug.aclgraph.disable_reinplace_inplaceable_ops_pass``) -> ``post_grad_custom_post_pass`` ->
-graph dump (``debug.graph_dump``).
+:func:`run_post_grad_passes`: ``post_grad_custom_pre_pass`` -> no-op removal
+(``experimental_config.remove_noop_ops``) -> ``post_grad_custom_post_pass``. Then, once the
+graph has its stream fork/join pairs (and its int inputs their device scalars), :func:`finish`:
+reinplacing of functional ops whose input dies (``debug.aclgraph.
+disable_reinplace_inplaceable_ops_pass``) and of copies back into mutated inputs
+(``debug.aclgraph.disable_reinplace_input_mutated_ops_pass``) -> graph dump
+(``debug.graph_dump``). TorchAir also reinplaces after the user's post pass, right before
+capture.
 
 As in TorchAir, the reinplace passes are skipped for a graph that uses stream scopes or events:
 an in-place write on one stream to memory another stream still reads would race, and the graph
@@ -24,6 +27,7 @@ from npu_compile.errors import BackendError
 
 __all__ = [
     "run_post_grad_passes",
+    "finish",
     "rewrites_graph",
     "check_decompositions",
     "filter_specializer",
@@ -159,62 +163,75 @@ def run_post_grad_passes(
     config: CompilerConfig,
     name: str = "graph",
 ) -> torch.fx.GraphModule:
-    """Run the configured passes on an AOT forward graph; return the graph to capture.
+    """Run the user passes and no-op removal on an AOT forward graph.
 
     Args:
         gm: The AOT graph (edited in place where possible).
         example_inputs: Its example inputs (fake tensors, SymInts).
         config: The options.
-        name: Name of the graph, for logs and dump files.
+        name: Name of the graph, for logs.
 
     Returns:
         ``gm`` or the GraphModule a user pass returned.
 
     Raises:
-        BackendError: A user pass returned something else than ``None`` or a GraphModule, or
-            left a malformed graph.
+        BackendError: A user pass raised, returned something else than ``None`` or a
+            GraphModule, or left a malformed graph.
     """
-    from npu_streams import has_stream_ops
-
     pre = config.get("post_grad_custom_pre_pass")
     if pre is not None:
         assert callable(pre)
         gm = _user_pass("post_grad_custom_pre_pass", pre, gm, example_inputs, config)
-    builtin: list[tuple[str, Callable[[], None]]] = []
     if config.experimental_config.remove_noop_ops:
-        builtin.append(("remove_noop_ops", lambda: _remove_noop_ops(gm)))
-    aclgraph = config.debug.aclgraph
-    wants_reinplace = not (
-        aclgraph.disable_reinplace_input_mutated_ops_pass
-        and aclgraph.disable_reinplace_inplaceable_ops_pass
-    )
-    if wants_reinplace and has_stream_ops(gm):
-        logger.debug("%s uses stream scopes or events: reinplace passes skipped", name)
-    elif wants_reinplace:
-        if not aclgraph.disable_reinplace_input_mutated_ops_pass:
-            builtin.append(("input reinplace", lambda: _reinplace_input_mutations(gm)))
-        if not aclgraph.disable_reinplace_inplaceable_ops_pass:
-            builtin.append(("reinplace", lambda: _reinplace_functional(gm, example_inputs)))
-    for pass_name, run in builtin:
-        # These passes only save memory and copies: one that cannot handle a graph (fake
-        # propagation through a host read, an op it does not know) leaves the graph as it is.
-        backup = gm.graph.__deepcopy__()
-        try:
-            run()
-            gm.graph.lint()
-        except Exception as error:
-            logger.debug(
-                "%s: %s pass skipped (%s: %s)", name, pass_name, type(error).__name__, error
-            )
-            gm.graph = backup
-    if builtin:
-        gm.recompile()
+        _guarded(gm, name, "remove_noop_ops", lambda: _remove_noop_ops(gm))
     post = config.get("post_grad_custom_post_pass")
     if post is not None:
         assert callable(post)
         gm = _user_pass("post_grad_custom_post_pass", post, gm, example_inputs, config)
-    _dump_graph(gm, config, name)
     return gm
+
+
+def _guarded(gm: torch.fx.GraphModule, name: str, pass_name: str, run: Callable[[], None]) -> None:
+    # Built-in passes only save memory and copies: one that cannot handle a graph (fake
+    # propagation through a host read, an op it does not know) leaves the graph as it was.
+    backup = gm.graph.__deepcopy__()
+    try:
+        run()
+        gm.graph.lint()
+    except Exception as error:
+        reason = f"{type(error).__name__}: {error}"
+        logger.debug("%s: %s pass skipped (%s)", name, pass_name, reason)
+        gm.graph = backup
+    gm.recompile()
+
+
+def finish(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    config: CompilerConfig,
+    name: str = "graph",
+) -> None:
+    """Reinplace (unless the graph uses streams) and dump the graph that will run, in place.
+
+    Args:
+        gm: The graph about to be captured or run.
+        example_inputs: Its example inputs.
+        config: The options.
+        name: Name of the graph, for logs and dump files.
+    """
+    from npu_streams import has_stream_ops
+
+    aclgraph = config.debug.aclgraph
+    functional = not aclgraph.disable_reinplace_inplaceable_ops_pass
+    mutated = not aclgraph.disable_reinplace_input_mutated_ops_pass
+    if (functional or mutated) and has_stream_ops(gm):
+        logger.debug("%s uses stream scopes or events: reinplace passes skipped", name)
+    else:
+        if functional:
+            _guarded(gm, name, "reinplace", lambda: _reinplace_functional(gm, example_inputs))
+        if mutated:
+            _guarded(gm, name, "input reinplace", lambda: _reinplace_input_mutations(gm))
+    _dump_graph(gm, config, name)
 
 
 def filter_specializer(
