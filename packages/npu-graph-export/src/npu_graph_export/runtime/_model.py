@@ -16,7 +16,12 @@ from npu_graph_export._dtypes import BF16, dtype_name, element_size
 from npu_graph_export._graph import DIMS_ATTR
 from npu_graph_export._opdefs import OPS
 from npu_graph_export._proto import ge_ir_pb2 as ge
-from npu_graph_export.errors import MemoryLimitError, ModelFormatError, RuntimeInputError
+from npu_graph_export.errors import (
+    MemoryLimitError,
+    ModelFormatError,
+    NpuGraphExportError,
+    RuntimeInputError,
+)
 from npu_graph_export.runtime._budget import (
     Budget,
     check_max_bytes,
@@ -487,7 +492,8 @@ def _narrow(array: Array, want: np.dtype[Any], info: TensorInfo) -> Array:
                 f"input {info} got values {low}..{high}, outside {want}'s range "
                 f"{limits.min}..{limits.max}; pass values that fit (they would wrap around)"
             )
-    converted = array.astype(want)
+    with np.errstate(over="ignore"):  # detected below, with a message that says what to do
+        converted = array.astype(want)
     if array.size and want.kind in "fc" and array.dtype.kind in "fc":
         overflow = np.isfinite(array) & ~np.isfinite(converted)
         if overflow.any():
@@ -577,7 +583,12 @@ def load(
             rank=rank or 0,
             max_bytes=limit,
         )
-    except ModelFormatError:
+    except NpuGraphExportError:
         raise
+    except MemoryError as e:  # past the budget: the machine has less than max_bytes free
+        raise MemoryLimitError(
+            f"{air}: ran out of memory while loading (limit {format_bytes(limit)}); pass a "
+            "smaller max_bytes (--max-bytes) so that loading is refused before allocating"
+        ) from e
     except (KernelError, ValueError, KeyError, IndexError, TypeError, OverflowError, OSError) as e:
         raise _bad(air, f"it is inconsistent ({type(e).__name__}: {e})") from e
