@@ -389,3 +389,19 @@ def test_unsupported_data_dtype_is_a_project_error(tmp_path: Path) -> None:
         _ = model.inputs[0].numpy_dtype
     with pytest.raises(NpuGraphExportError, match="DT_STRING"):
         model.run(np.array(["a", "b"]))
+
+
+def test_a_const_whose_data_dtype_disagrees_with_its_output_is_refused(tmp_path: Path) -> None:
+    b = GraphBuilder("consts")
+    x = _data(b, ge.DT_FLOAT, (2,))
+    c = b.const(np.array([1.5, 2.5], np.float32), "c")
+    air = _write_air(tmp_path / "m.air", b.finish([b.add1("Add", "y", [x, c], x.dtype, (2,))]))
+    (out,) = runtime.load(air).run(np.zeros(2, np.float32))
+    np.testing.assert_array_equal(out, [1.5, 2.5])
+    model = ge.ModelDef()
+    model.ParseFromString(air.read_bytes())
+    const = next(op for op in model.graph[0].op if op.type == "Const")
+    const.attr["value"].t.desc.dtype = ge.DT_INT32  # same size: the bytes would be reinterpreted
+    air.write_bytes(model.SerializeToString())
+    with pytest.raises(ModelFormatError, match=r"holds DT_INT32 data but declares.*DT_FLOAT"):
+        runtime.load(air)

@@ -316,6 +316,13 @@ class Model:
             if "value" not in op.attr or op.attr["value"].WhichOneof("value") != "t":
                 raise ModelFormatError(f"{where} has no tensor value")
             tensor = op.attr["value"].t
+            declared = op.output_desc[0].dtype if op.output_desc else 0
+            if declared and tensor.desc.dtype != declared:
+                # The bytes would be read as another type: silently different numbers.
+                raise ModelFormatError(
+                    f"{where} holds {dtype_name(tensor.desc.dtype)} data but declares its output"
+                    f" as {dtype_name(declared)}"
+                )
             shape = list(tensor.desc.shape.dim)
             value = _decode(tensor.data, tensor.desc.dtype, shape, where)
             self._reserve_constant(shape, tensor.desc.dtype, where)
