@@ -116,3 +116,13 @@ def test_run_refuses_int64_inputs_beyond_an_int32_data(
     np.save(values, np.array([1, 2**40]))
     assert main(["run", str(air), "--input", str(values)]) == 1
     assert "outside int32's range" in _one_line_error(capsys)
+
+
+def test_run_on_a_data_numpy_cannot_shape_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    air = _air(tmp_path / "m.air", ge.DT_FLOAT, (2**62, 0))  # no elements, still too big
+    with pytest.raises(SystemExit) as info:
+        main(["run", str(air)])
+    assert "cannot make a random input for x: DT_FLOAT[4611686018427387904, 0]" in str(info.value)
+    assert "\n" not in str(info.value)

@@ -71,6 +71,15 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return torch.softmax(self.proj(x) + self.offset, dim=-1)
 
+    class Shapes(torch.nn.Module):
+        """Exported with dynamic shapes: Shape, Pack, BroadcastTo, ConcatV2, Range, Fill."""
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            wide = torch.cat([x.unsqueeze(0).expand(3, *x.shape)] * 2, 0)
+            ramp = torch.arange(x.shape[-1], dtype=x.dtype)
+            half = torch.full((2, x.shape[-1]), 0.5)
+            return wide.sum(0) + ramp + half[0]
+
     root = tmp_path_factory.mktemp("hostile-fuzz")
     torch.manual_seed(0)
     model = Small().eval()
@@ -81,8 +90,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             export_path=root / name,
             config=ExportConfig(embed_limit_bytes=limit),
         )
+    dynamo_export(torch.from_numpy(X), model=Shapes(), export_path=root / "shapes", dynamic=True)
     with torch.no_grad():
         np.save(root / "reference.npy", model(torch.from_numpy(X)).numpy())
+        np.save(root / "shapes.npy", Shapes()(torch.from_numpy(X)).numpy())
     outside = root / "outside"
     outside.mkdir()
     # As large as proj_weight (float32[3, 4]) and under every name a mutation may point at.
@@ -154,9 +165,11 @@ def _child(root: Path, kind: str) -> None:
     from npu_graph_export.cli import main
 
     # The runtime's own output of the unmutated models (it matches torch to rounding).
-    reference = {where: runtime.load(root / where).run(X)[0] for where in ("files", "embedded")}
-    for expected in reference.values():
-        np.testing.assert_allclose(expected, np.load(root / "reference.npy"), rtol=1e-5)
+    sources = ("files", "embedded", "shapes")
+    reference = {where: runtime.load(root / where).run(X)[0] for where in sources}
+    for where, expected in reference.items():
+        torch_result = np.load(root / ("shapes.npy" if where == "shapes" else "reference.npy"))
+        np.testing.assert_allclose(expected, torch_result, rtol=1e-5)
     case = root / "case"
     current = root / "current"
     dtypes = sorted(ge.DataType.values())
@@ -250,6 +263,22 @@ def _child(root: Path, kind: str) -> None:
                 dims = pick(consts, a).attr["value"].t.desc.shape.dim
                 del dims[:]
                 dims.extend(pick(DIMS, d) for d in c)
+        elif kind_ == "const_value":
+            # Shape, axis and count operands: a 10^12 in a Fill or BroadcastTo shape.
+            consts = [
+                op
+                for op in ops
+                if op.type == "Const"
+                and op.attr["value"].t.desc.dtype in {ge.DT_INT32, ge.DT_INT64}
+            ]
+            if consts:
+                tensor = pick(consts, a).attr["value"].t
+                dtype = np.dtype("<i4" if tensor.desc.dtype == ge.DT_INT32 else "<i8")
+                count = len(tensor.data) // dtype.itemsize
+                limits = np.iinfo(dtype)
+                values = [min(max(pick(DIMS, d), limits.min), limits.max) for d in c]
+                values = (values * count)[:count] if values else [0] * count
+                tensor.data = np.array(values, dtype).tobytes()
         elif kind_ == "bytes":
             data = bytearray(model.SerializeToString())
             for position, byte in c:
@@ -258,7 +287,7 @@ def _child(root: Path, kind: str) -> None:
             return bytes(data)
         return None
 
-    source = st.sampled_from(["files", "embedded"])
+    source = st.sampled_from(sources)
     small = st.integers(0, 63)
     settings_ = settings(
         max_examples=EXAMPLES[kind],
@@ -285,6 +314,7 @@ def _child(root: Path, kind: str) -> None:
         st.tuples(st.just("attr_int"), small, small, st.integers(-(2**40), 2**40)),
         st.tuples(st.just("rewire"), small, small, small),
         st.tuples(st.just("const_dims"), small, small, st.lists(small, max_size=4)),
+        st.tuples(st.just("const_value"), small, small, st.lists(small, min_size=1, max_size=4)),
         st.tuples(
             st.just("bytes"),
             small,

@@ -181,11 +181,16 @@ def _random_input(
     # Checked before numpy allocates: a Data op may declare a dimension of 10^12. Random
     # numbers are drawn as 64-bit values, then converted.
     budget.reserve(math.prod(shape) * (8 + dtype.itemsize), f"random input {info}")
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(dtype)
-    return rng.integers(0, high, shape).astype(dtype)
+    try:
+        if dtype.kind == "f":
+            return rng.standard_normal(shape).astype(dtype)
+        if dtype.kind == "b":
+            return rng.integers(0, 2, shape).astype(dtype)
+        return rng.integers(0, high, shape).astype(dtype)
+    except ValueError as error:  # a dimension numpy cannot index, even with another one 0
+        raise SystemExit(
+            f"error: cannot make a random input for {info} ({error}); pass --input files"
+        ) from error
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
