@@ -350,8 +350,13 @@ def test_float_inputs_that_overflow_a_float16_data_are_refused(tmp_path: Path) -
     b = GraphBuilder("halves")
     x = _data(b, ge.DT_FLOAT16, (2,))
     air = _write_air(tmp_path / "m.air", b.finish([b.add1("Identity", "y", [x], x.dtype, (2,))]))
+    model = runtime.load(air)
     with pytest.raises(RuntimeInputError, match="would become inf"):
-        runtime.load(air).run(np.array([1.0, 1e6], np.float32))
+        model.run(np.array([1.0, 1e6], np.float32))
+    with pytest.raises(RuntimeInputError, match="would become inf"):
+        model.run(np.array([1, 10**6]))
+    (out,) = model.run(np.array([1.5, -2.0]))
+    assert out.dtype == np.float16
 
 
 def _collective_graph(op_type: str, ranks: list[int]) -> ge.GraphDef:

@@ -501,7 +501,7 @@ def _narrow(array: Array, want: np.dtype[Any], info: TensorInfo) -> Array:
             )
     with np.errstate(over="ignore"):  # detected below, with a message that says what to do
         converted = array.astype(want)
-    if array.size and want.kind in "fc" and array.dtype.kind in "fc":
+    if array.size and want.kind in "fc" and array.dtype.kind in "fciub":
         overflow = np.isfinite(array) & ~np.isfinite(converted)
         if overflow.any():
             raise RuntimeInputError(
