@@ -12,7 +12,6 @@ one logged reason (logger ``npu_compile``), or raises with ``debug.aclgraph.stri
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import weakref
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from npu_compile._tensorify import tensorify_int_inputs
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NpuCompileError
 
@@ -124,15 +124,22 @@ def _uncapturable_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[obje
             f"its inputs live on several device types ({', '.join(sorted(devices))}); a device "
             "graph runs on one device: move every input to the same device"
         )
-    if torch.is_grad_enabled() and any(
-        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
-    ):
-        return (
-            "autograd is recording (an input or parameter requires grad); reduce-overhead "
-            "captures inference graphs: call the model under torch.no_grad() or "
-            "torch.inference_mode()"
-        )
     return None
+
+
+#: Why a graph AOT traced for training is not captured (decided from what the graph does, not
+#: from the grad mode around the call: a ``@torch.no_grad()`` forward traces an inference graph).
+_TRAINING_REASON = (
+    "autograd records this graph (an output requires grad); reduce-overhead captures inference "
+    "graphs: call the model under torch.no_grad() or torch.inference_mode()"
+)
+
+
+def _records_autograd(meta: Any, grad_enabled: bool) -> bool:
+    """Whether AOT traced a training graph: grad was on and some output requires grad."""
+    return grad_enabled and any(
+        getattr(info, "requires_grad", False) for info in getattr(meta, "output_info", ())
+    )
 
 
 def _host_sync_reason(fw_gm: torch.fx.GraphModule) -> str | None:
@@ -154,25 +161,6 @@ _HOST_SYNC_OPS: frozenset[object] = frozenset(
         torch.ops.aten.item.default,
     }
 )
-
-
-def _dynamo_step() -> Callable[[], Hashable] | None:
-    """Dynamo's generation counter, which moves on each top-level call of a compiled model.
-
-    Within one generation, a second call of the same FX graph (a block with a graph break
-    called twice in one ``forward``) then replays graphs of its own instead of overwriting the
-    outputs of the first call, as CUDA Graph Trees do with the same counter. ``None`` where this
-    torch does not have it: every call then shares one set of graphs.
-    """
-    try:
-        from torch._dynamo.mutation_guard import GenerationTracker
-    except ImportError:
-        return None
-    if not isinstance(getattr(GenerationTracker, "generation", None), int):
-        return None
-    # A C-level getattr: no Python frame on the per-call path.
-    step: Callable[[], Hashable] = functools.partial(getattr, GenerationTracker, "generation")
-    return step
 
 
 def _guarded_by_dynamo(kinds: Sequence[Any], example_inputs: Sequence[Any]) -> list[bool]:
@@ -260,6 +248,15 @@ class NpuBackend:
     def __repr__(self) -> str:
         return f"NpuBackend({self.config!r})"
 
+    def __copy__(self) -> NpuBackend:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> NpuBackend:
+        # Frameworks copy the backend they are handed (Hugging Face's CompileConfig deep-copies
+        # it); a copy would collect the statistics where the user cannot see them. The config
+        # is a private snapshot already, so sharing the object is safe.
+        return self
+
     def reset(self) -> None:
         """Forget the statistics (called by ``torch._dynamo.reset()``)."""
         self.stats = BackendStats()
@@ -346,6 +343,26 @@ def _specializer(
     return specialize
 
 
+def _specialized_per_shape(
+    specialize: Callable[[object, Sequence[object]], Callable[..., Any]], forward: CompiledFn
+) -> CompiledFn:
+    """Call the shape-specialised callable for each call's shapes (``debug.run_eagerly``)."""
+    built: dict[Hashable, Callable[..., Any]] = {}
+
+    def call(*args: Any) -> Any:
+        key = tuple(
+            (a.shape, a.dtype, a.stride()) if isinstance(a, torch.Tensor) else (type(a), a)
+            for a in args
+        )
+        fn = built.get(key)
+        if fn is None:
+            fn = built[key] = specialize(key, args)
+        return fn(*args)
+
+    call.__name__ = call.__qualname__ = getattr(forward, "__name__", "forward")
+    return call
+
+
 def _compile(
     gm: torch.fx.GraphModule,
     example_inputs: list[object],
@@ -362,9 +379,14 @@ def _compile(
     if reason is not None:
         return _fallback(gm, name, reason, config, stats)
 
+    # The grad mode of the call being compiled (AOT compiles the forward graph without grad).
+    grad_enabled = torch.is_grad_enabled()
     is_state = _input_kinds_from_sources(gm, example_inputs)
     n_dynamo_inputs = len(example_inputs)
-    device_type = next(iter(_devices(example_inputs)), "cpu")
+    device = next(
+        (x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu")
+    )
+    device_type = device.type
     dynamo_gm = gm
     built: dict[str, Any] = {}
 
@@ -383,6 +405,9 @@ def _compile(
                 kinds.append(InputKind.PARAMETER)
             else:
                 kinds.append(InputKind.USER)
+        if meta is not None and _records_autograd(meta, grad_enabled):
+            built["fallback"] = _TRAINING_REASON
+            return _forward_of(fw_gm)
         prepared = prepare_for_capture(fw_gm)
         forward = _forward_of(prepared)
         host_sync = _host_sync_reason(prepared)
@@ -391,15 +416,29 @@ def _compile(
             return forward
         if config.debug.run_eagerly:
             stats.eager += 1
+            specialize = _specializer(config, prepared)
+            if specialize is not None:
+                # The whole pipeline but the capture, as documented: static kernels included.
+                forward = _specialized_per_shape(specialize, forward)
             built["direct"] = forward
             built["bypass"] = meta is not None and _runner_is_whole_call(
                 meta, fw_gm, n_dynamo_inputs
             )
             return forward
         bypass = meta is not None and _runner_is_whole_call(meta, fw_gm, n_dynamo_inputs)
+        # Ints that decide no shape become device scalars: one graph for all their values.
+        tensorified = tensorify_int_inputs(prepared, example_inputs)
+        if tensorified is not None:
+            forward = _forward_of(prepared)
         specialize = _specializer(config, prepared)
         replayed = forward
-        if device_type == "cpu" and bypass and specialize is None and CPU_REPLAYS_DYNAMO_GRAPH:
+        if (
+            device_type == "cpu"
+            and bypass
+            and specialize is None
+            and tensorified is None
+            and CPU_REPLAYS_DYNAMO_GRAPH
+        ):
             # The CPU "graph" replays by re-running Python. Dynamo's graph calls the fast torch
             # bindings (one `linear` instead of ATen `t` + `addmm` overload calls), several µs
             # cheaper per step, with the same ops and the same in-place updates. With `bypass`
@@ -412,7 +451,6 @@ def _compile(
             specialize=specialize,
             name=name,
             guarded=_guarded_by_dynamo(kinds, example_inputs) if bypass else None,
-            step=_dynamo_step(),
         )
         stats.captured += 1
         stats._add_runner(runner)
@@ -420,6 +458,8 @@ def _compile(
         # Inside AOT's wrapper (no bypass) the runner receives AOT's arguments, which Dynamo
         # does not guard, so nothing is marked guarded there.
         function = runner.as_function()
+        if tensorified is not None:
+            function = tensorified.wrap(function, device)
         built["direct"] = function
         built["bypass"] = bypass
         return function
@@ -433,6 +473,10 @@ def _compile(
         )
     except (NpuStreamsError, NpuMempoolError, NpuCompileError):
         # A broken stream scope or a bad option is the user's to fix, never a silent fallback.
+        raise
+    except torch._dynamo.exc.RestartAnalysis:
+        # Dynamo's own signal to trace the frame again (e.g. a Python float or int it will now
+        # pass as a tensor): not a failure of this graph, and the retrace compiles it anew.
         raise
     except Exception as error:  # AOT cannot trace this graph: it still runs eagerly
         reason = f"AOT autograd could not trace it ({type(error).__name__}: {error})"

@@ -15,6 +15,7 @@ from npu_mempool._pool import PoolHandle
 from npu_mempool._runner import GraphRunner
 from npu_mempool._version import __version__
 from npu_mempool.errors import (
+    CaptureChurnWarning,
     CaptureError,
     CaptureLimitWarning,
     InputLayoutError,
@@ -39,4 +40,5 @@ __all__ = [
     "OptionsError",
     "InputLayoutError",
     "CaptureLimitWarning",
+    "CaptureChurnWarning",
 ]
