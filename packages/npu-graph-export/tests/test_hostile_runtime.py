@@ -258,11 +258,24 @@ def _broadcast_concat_graph(side: int, copies: int) -> ge.GraphDef:
 
 
 def test_a_broadcast_and_concat_blowup_is_refused_before_allocating(tmp_path: Path) -> None:
-    air = _write_air(tmp_path / "m.air", _broadcast_concat_graph(1 << 22, 64))  # 1 GiB result
+    air = _write_air(tmp_path / "m.air", _broadcast_concat_graph(1 << 23, 64))  # 2 GiB result
     assert air.stat().st_size < 4096
-    model = runtime.load(air, max_bytes=256 * MIB)
-    with pytest.raises(MemoryLimitError, match=r"'cat' \(ConcatV2\).* needs 1\.00 GiB.*limit"):
-        model.run(np.ones(1, np.float32))
+    # In a process that cannot hold 2 GiB: refused by the estimate, not after numpy failed.
+    result = _limited(
+        f"""
+        import numpy as np
+        from npu_graph_export import runtime, MemoryLimitError
+        try:
+            runtime.load({str(air)!r}, max_bytes={256 * MIB}).run(np.ones(1, np.float32))
+        except MemoryLimitError as error:
+            print("refused:", error)
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "'cat' (ConcatV2)" in result.stdout
+    assert "needs 2.00 GiB" in result.stdout
+    assert "limit 256.00 MiB" in result.stdout
     # Under the budget, the same graph runs.
     small = _write_air(tmp_path / "s.air", _broadcast_concat_graph(1024, 4))
     (out,) = runtime.load(small, max_bytes=256 * MIB).run(np.full(1, -2.0, np.float32))
@@ -410,3 +423,26 @@ def test_a_const_whose_data_dtype_disagrees_with_its_output_is_refused(tmp_path:
     air.write_bytes(model.SerializeToString())
     with pytest.raises(ModelFormatError, match=r"holds DT_INT32 data but declares.*DT_FLOAT"):
         runtime.load(air)
+
+
+def test_a_fill_with_a_float_shape_is_sized_before_allocating(tmp_path: Path) -> None:
+    b = GraphBuilder("fill")
+    x = _data(b, ge.DT_DOUBLE, ())
+    shape = b.const(np.array([16384.0, 16384.0], np.float32), "shape")  # 2 GiB of float64
+    y = b.add1("Fill", "fill", [shape, x], x.dtype, (16384, 16384))
+    air = _write_air(tmp_path / "m.air", b.finish([y]))
+    # In a process that cannot hold 2 GiB: refused by the estimate, not after numpy failed.
+    result = _limited(
+        f"""
+        import numpy as np
+        from npu_graph_export import runtime, MemoryLimitError
+        try:
+            runtime.load({str(air)!r}, max_bytes={256 * MIB}).run(np.array(1.0))
+        except MemoryLimitError as error:
+            print("refused:", error)
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "'fill' (Fill)" in result.stdout
+    assert "needs 2.00 GiB" in result.stdout, result.stdout

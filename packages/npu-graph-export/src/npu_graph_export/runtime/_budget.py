@@ -127,9 +127,12 @@ def held_bytes(array: Array) -> int:
 
 def _values(array: Array, limit: int = 64) -> list[int] | None:
     """The integers in a small shape/count operand; None when it is large or not numeric."""
-    if array.size > limit or array.dtype.kind not in "iub":
+    if array.size > limit or array.dtype.kind not in "iubf":
         return None
-    return [int(v) for v in array.reshape(-1)]
+    flat = array.reshape(-1)
+    if array.dtype.kind == "f" and not np.isfinite(flat).all():
+        return None  # the kernel refuses it
+    return [int(v) for v in flat]  # kernels read float shapes with int() too
 
 
 def _broadcast(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...] | None:
