@@ -152,6 +152,7 @@ HOSTILE_PATHS = [
     "link",
     "dirlink/proj_weight",
     "fifo",
+    "loop",
     "/",
 ]
 DIMS = [-5, -2, -1, 0, 1, 2, 3, 4, 10**12, 2**40, 2**62]
@@ -181,6 +182,7 @@ def _child(root: Path, kind: str) -> None:
         (case / "link").symlink_to(root / "outside" / "secret")
         (case / "dirlink").symlink_to(root / "outside", target_is_directory=True)
         os.mkfifo(case / "fifo")
+        (case / "loop").symlink_to("loop")
         model = ge.ModelDef()
         model.ParseFromString((case / "export.air").read_bytes())
         return model
@@ -221,6 +223,14 @@ def _child(root: Path, kind: str) -> None:
                 op.attr["shape"].list.i.append(2**b)
                 with open(case / name, "r+b") as handle:  # sparse: no disk space
                     handle.truncate(itemsize * 2**b)
+        elif kind_ == "weight_size":
+            files = sorted(p for p in case.iterdir() if p.is_file() and p.suffix == "")
+            files = [p for p in files if not p.is_symlink() and p.name not in {"fifo"}]
+            if files:
+                target = pick(files, a)
+                size = target.stat().st_size
+                with open(target, "r+b") as handle:
+                    handle.truncate(max(0, size + pick([-size, -4, -1, 1, 4, 2**30], b)))
         elif kind_ == "data_dims":
             data = [op for op in ops if op.type == "Data"]
             dims = data[0].output_desc[0].shape.dim
@@ -305,6 +315,7 @@ def _child(root: Path, kind: str) -> None:
         st.tuples(st.just("path"), small, small, st.just(0)),
         st.tuples(st.just("huge_weight"), small, st.integers(18, 40), st.just(0)),
         st.tuples(st.just("data_dims"), small, small, st.lists(small, max_size=4)),
+        st.tuples(st.just("weight_size"), small, small, st.just(0)),
         st.tuples(st.just("out_dtype"), small, small, small),
         st.tuples(st.just("in_dtype"), small, small, small),
         st.tuples(st.just("const_dtype"), small, small, st.just(0)),
