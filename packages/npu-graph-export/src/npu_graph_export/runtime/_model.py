@@ -346,10 +346,13 @@ class Model:
 
     def _reserve_constant(self, shape: list[int], dtype: int, where: str) -> None:
         count = math.prod(shape) if all(d >= 0 for d in shape) else 0
-        # The raw bytes, plus the float32 copy bf16 is widened to.
-        self._budget.reserve(
-            count * (element_size(dtype) or 0) + (count * 4 if dtype == BF16 else 0), where
-        )
+        raw = count * (element_size(dtype) or 0)
+        try:
+            computed = count * numpy_dtype(dtype).itemsize
+        except KernelError:
+            computed = raw
+        # The raw bytes, plus the copy a type numpy lacks (bf16) is widened to.
+        self._budget.reserve(raw + (computed if computed != raw else 0), where)
 
     # -- execution -----------------------------------------------------------------------------
 
