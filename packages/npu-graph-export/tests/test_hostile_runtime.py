@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -374,10 +375,14 @@ def test_float_inputs_that_overflow_a_float16_data_are_refused(tmp_path: Path) -
     assert out.dtype == np.float16
 
 
-def _collective_graph(op_type: str, ranks: list[int]) -> ge.GraphDef:
+def _collective_graph(op_type: str, ranks: list[int], in_name: bool = False) -> ge.GraphDef:
     b = GraphBuilder("comm")
     x = _data(b, ge.DT_FLOAT, (4,))
-    attrs = {"rank_size": len(ranks), "ranklist": ranks, "group": "g", "reduction": "sum"}
+    attrs: dict[str, Any] = {"rank_size": len(ranks), "reduction": "sum"}
+    if in_name:  # the group's ranks only in a non-HCCL group name, as gloo exports write it
+        attrs["group"] = f"tag=g;rank_list={','.join(map(str, ranks))}"
+    else:
+        attrs.update(group="g", ranklist=ranks)
     shape = (4 // len(ranks),) if op_type == "HcomReduceScatter" else (4,)
     return b.finish([b.add1(op_type, "comm", [x], x.dtype, shape, attrs)])
 
@@ -389,6 +394,9 @@ def test_a_rank_outside_the_collective_group_is_refused(tmp_path: Path) -> None:
     all_reduce = _write_air(tmp_path / "a.air", _collective_graph("HcomAllReduce", [2, 3]))
     with pytest.raises(RuntimeInputError, match="rank 0 is not a member"):
         runtime.load(all_reduce, collectives="replicated")
+    named = _write_air(tmp_path / "n.air", _collective_graph("HcomReduceScatter", [2, 3], True))
+    with pytest.raises(RuntimeInputError, match=r"rank 1 is not a member.*ranks \[2, 3\]"):
+        runtime.load(named, rank=1, collectives="replicated")
 
 
 def test_reduce_scatter_keeps_the_chunk_of_the_rank_position_in_its_group(tmp_path: Path) -> None:
@@ -398,6 +406,9 @@ def test_reduce_scatter_keeps_the_chunk_of_the_rank_position_in_its_group(tmp_pa
     (second,) = runtime.load(air, rank=3, collectives="replicated").run(x)
     np.testing.assert_array_equal(first, [0.0, 2.0])
     np.testing.assert_array_equal(second, [4.0, 6.0])
+    named = _write_air(tmp_path / "n.air", _collective_graph("HcomReduceScatter", [2, 3], True))
+    (third,) = runtime.load(named, rank=3, collectives="replicated").run(x)
+    np.testing.assert_array_equal(third, [4.0, 6.0])
 
 
 def test_unsupported_data_dtype_is_a_project_error(tmp_path: Path) -> None:

@@ -209,16 +209,15 @@ class Model:
         for op in self.graph.op:
             if not op.type.startswith("Hcom"):
                 continue
-            ranks = [int(r) for r in op.attr["ranklist"].list.i] if "ranklist" in op.attr else []
-            size = int(op.attr["rank_size"].i) if "rank_size" in op.attr else len(ranks) or 1
-            position = ranks.index(rank) if rank in ranks else (-1 if ranks else rank)
-            if not 0 <= position < size:
-                members = ranks or list(range(size))
+            members = _group_members(op)
+            if members is None:
+                continue  # an HCCL group name: its size and members are GE's to know
+            if rank not in members:
                 raise RuntimeInputError(
                     f"{self.path}: rank {rank} is not a member of the group of {op.type} "
                     f"{op.name!r} (ranks {members}); pass rank= (--rank) of a member"
                 )
-            positions[op.name] = position
+            positions[op.name] = members.index(rank)
         return positions
 
     def _topological_order(self) -> list[str]:
@@ -490,6 +489,27 @@ class Model:
                 f"{index} but its output_desc declares {dtype_name(op.output_desc[index].dtype)}"
             )
         return result.astype(want, copy=False)
+
+
+def _group_members(op: ge.OpDef) -> list[int] | None:
+    """The global ranks of a collective's group, in group order, when the graph says them.
+
+    From the ``ranklist`` attribute, else the ``rank_list=`` part of a non-HCCL group name
+    (``tag=...;rank_list=0,1``), else ``0..rank_size-1``; None when nothing says.
+    """
+    if "ranklist" in op.attr and op.attr["ranklist"].list.i:
+        return [int(r) for r in op.attr["ranklist"].list.i]
+    group = bytes(op.attr["group"].s).decode("utf-8", "replace") if "group" in op.attr else ""
+    for part in group.split(";"):
+        key, _, ranks = part.partition("=")
+        if key.strip() == "rank_list" and ranks:
+            try:
+                return [int(r) for r in ranks.split(",")]
+            except ValueError:
+                return None  # the kernel refuses the group
+    if "rank_size" in op.attr:
+        return list(range(max(int(op.attr["rank_size"].i), 0)))
+    return None
 
 
 def _narrow(array: Array, want: np.dtype[Any], info: TensorInfo) -> Array:
