@@ -282,7 +282,7 @@ def test_warmup_runs_are_eager_then_the_key_is_captured() -> None:
 
 
 def test_warmup_default_follows_the_device() -> None:
-    from npu_mempool._device import backend_for
+    from npu_mempool._devices import backend_for
 
     # CUDA libraries initialise lazily (cuBLAS) and must not do it inside a capture.
     assert backend_for("cuda").default_warmup_runs == 1

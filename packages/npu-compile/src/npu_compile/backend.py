@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from npu_compile import _logs
 from npu_compile._tensorify import tensorify_int_inputs
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NpuCompileError
@@ -238,6 +239,7 @@ class NpuBackend:
             )
         self.config = (config or CompilerConfig()).copy()
         self.stats = BackendStats()
+        _logs.register()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, NpuBackend) and other.config == self.config
@@ -454,6 +456,7 @@ def _compile(
         )
         stats.captured += 1
         stats._add_runner(runner)
+        _report(name, kinds, tensorified, bypass, specialize is not None, prepared)
         # The runner as a plain function: what Dynamo calls on every step, so the cheapest form.
         # Inside AOT's wrapper (no bypass) the runner receives AOT's arguments, which Dynamo
         # does not guard, so nothing is marked guarded there.
@@ -487,6 +490,33 @@ def _compile(
         direct: CompiledFn = built["direct"]
         return direct
     return compiled
+
+
+def _report(
+    name: str,
+    kinds: Sequence[Any],
+    tensorified: Any,
+    bypass: bool,
+    static_kernels: bool,
+    prepared: torch.fx.GraphModule,
+) -> None:
+    counts = {kind: sum(1 for k in kinds if k is kind) for kind in dict.fromkeys(kinds)}
+    classes = ", ".join(f"{n} {kind.name.lower()}" for kind, n in counts.items())
+    logger.info(
+        "FX graph %s: %d inputs (%s) captured per graph key%s",
+        name,
+        len(kinds),
+        classes or "none",
+        " with static kernels" if static_kernels else "",
+    )
+    logger.debug(
+        "FX graph %s: input classes %s; ints passed as device scalars at %s; AOT wrapper %s",
+        name,
+        [kind.name for kind in kinds],
+        list(tensorified.inputs) if tensorified is not None else [],
+        "skipped" if bypass else "kept",
+    )
+    _logs.dump_graph(name, prepared)
 
 
 def get_npu_backend(*, compiler_config: CompilerConfig | None = None) -> NpuBackend:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Sequence
@@ -18,11 +19,12 @@ import torch
 
 from npu_mempool._capture import capture
 from npu_mempool._counters import Counters, counters
-from npu_mempool._device import GraphBackend, backend_for
+from npu_mempool._devices import GraphBackend, backend_for
 from npu_mempool._entry import Entry, pool_in_use
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._pool import PoolHandle
+from npu_mempool._trace import profiled, trace_capture
 from npu_mempool.errors import (
     CaptureChurnWarning,
     CaptureError,
@@ -311,19 +313,30 @@ class GraphRunner:
             fn = self._specialize(key, args) if self._specialize is not None else self._fn
             self._specialized[key] = fn
         self._rewind(path, pool, backend)
+        started = time.perf_counter()
         try:
-            entry = capture(
-                fn=fn,
-                key=key,
-                args=args,
-                layout=self._layout_checked(),
-                options=self._options,
-                pool=pool,
-                backend=backend,
-                rewinds=path.rewinds,
-            )
+            with profiled("npu_mempool.capture"):
+                entry = capture(
+                    fn=fn,
+                    key=key,
+                    args=args,
+                    layout=self._layout_checked(),
+                    options=self._options,
+                    pool=pool,
+                    backend=backend,
+                    rewinds=path.rewinds,
+                )
         except Exception as exc:
+            if pool._broken and path.pool is pool:
+                log.warning(
+                    "GraphRunner %r: a failed capture left its pool unusable; later graphs go "
+                    "into a new pool",
+                    self.name,
+                )
+                path.pool = None
+                path.rewinds = self._options.reuse_pool_across_shapes
             return self._capture_failed(key, args, exc)
+        self._report_capture(key, reason, time.perf_counter() - started, pool)
         if entries:
             # Graphs of MUTATED tensors that died (a replaced KV cache) can never be right again;
             # those of other live tensors or parameter sets stay as variants.
@@ -339,6 +352,31 @@ class GraphRunner:
         self.counters.replays += 1
         counters.replays += 1
         return entry.replay(args)
+
+    def _report_capture(
+        self, key: Hashable, reason: str | None, seconds: float, pool: PoolHandle
+    ) -> None:
+        path = next(i for i, p in enumerate(self._paths) if p.pool is pool) + 1
+        log.info(
+            "GraphRunner %r: captured a graph in %.3f s (%s), %d graph(s), pool %s",
+            self.name,
+            seconds,
+            reason or "new key",
+            self.num_graphs + 1,
+            _size(pool.nbytes),
+        )
+        log.debug("GraphRunner %r: key %r on call path %d", self.name, key, path)
+        trace_capture(
+            lambda: {
+                "runner": self.name,
+                "key": repr(key),
+                "reason": reason or "new_key",
+                "seconds": seconds,
+                "call_path": path,
+                "graphs": self.num_graphs,
+                "pool_bytes": pool.nbytes,
+            }
+        )
 
     def _churning(self, args: tuple[Any, ...]) -> bool:
         """Whether the last new keys differed only in a non-tensor value that keeps changing."""
@@ -487,6 +525,14 @@ class GraphRunner:
         if path.pool is None:
             path.pool = backend.new_pool(device)
         return path.pool, backend
+
+
+def _size(nbytes: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if nbytes < 1024:
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024  # type: ignore[assignment]
+    return f"{nbytes:.2f} GiB"
 
 
 def _same_device(pool: torch.device, tensors: torch.device) -> bool:
