@@ -459,3 +459,22 @@ def test_a_fill_with_a_float_shape_is_sized_before_allocating(tmp_path: Path) ->
     assert result.returncode == 0, result.stderr[-2000:]
     assert "'fill' (Fill)" in result.stdout
     assert "needs 2.00 GiB" in result.stdout, result.stdout
+
+
+def test_the_default_budget_follows_a_container_memory_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from npu_graph_export.runtime import _budget
+
+    limit = tmp_path / "memory.max"
+    limit.write_text(f"{2 << 30}\n")
+    monkeypatch.setattr(_budget, "_CGROUP_LIMITS", (str(tmp_path / "missing"), str(limit)))
+    assert _budget.default_max_bytes() == 1 << 30
+    limit.write_text("max\n")
+    assert 0 < _budget.default_max_bytes() <= 16 << 30
+    assert _budget.parse_bytes("1.5GiB") == 3 << 29
+    assert _budget.parse_bytes("512 MiB") == 512 * MIB
+    assert _budget.parse_bytes("4096") == 4096
+    for text in ("", "0", "-1GiB", "lots", "1XB", "nan"):
+        with pytest.raises(ValueError, match="expected a size"):
+            _budget.parse_bytes(text)

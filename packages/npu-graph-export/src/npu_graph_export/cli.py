@@ -223,7 +223,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 _MAX_BYTES_HELP = (
-    "memory budget, e.g. 4GiB (default: half the physical memory, at most 16 GiB); steps "
+    "memory budget, e.g. 4GiB (default: half the memory, at most 16 GiB); steps "
     "that would need more are refused before allocating"
 )
 

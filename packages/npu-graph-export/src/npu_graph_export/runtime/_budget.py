@@ -28,15 +28,39 @@ _FALLBACK_MAX_BYTES = 4 * _GIB
 _CEILING_MAX_BYTES = 16 * _GIB
 
 
-def default_max_bytes() -> int:
-    """Half the physical memory, at most 16 GiB (4 GiB where the size cannot be read)."""
+_CGROUP_LIMITS = (
+    "/sys/fs/cgroup/memory.max",  # cgroup v2
+    "/sys/fs/cgroup/memory/memory.limit_in_bytes",  # cgroup v1
+)
+
+
+def _memory_size() -> int | None:
+    """Physical memory, or the container's memory limit when that is smaller."""
     try:
         physical = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, ValueError, OSError):
+        return None
+    sizes = [physical] if physical > 0 else []
+    for path in _CGROUP_LIMITS:
+        try:
+            with open(path) as handle:
+                text = handle.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) > 0:
+            sizes.append(int(text))  # "max" (no limit) is skipped
+    return min(sizes) if sizes else None
+
+
+def default_max_bytes() -> int:
+    """Half the memory (physical, or the container's limit), at most 16 GiB.
+
+    4 GiB where neither can be read.
+    """
+    size = _memory_size()
+    if size is None:
         return _FALLBACK_MAX_BYTES
-    if physical <= 0:
-        return _FALLBACK_MAX_BYTES
-    return min(physical // 2, _CEILING_MAX_BYTES)
+    return min(size // 2, _CEILING_MAX_BYTES)
 
 
 def format_bytes(count: int) -> str:

@@ -583,7 +583,8 @@ def load(
             the reduce-scatter chunk); it must be a member of every collective's group.
         max_bytes: Memory budget in bytes for loading and for each :meth:`Model.run` (the
             model, its constants, inputs and every intermediate result); ``None``: half the
-            physical memory, at most 16 GiB. Checked before each allocation.
+            memory (physical, or the container's limit), at most 16 GiB. Checked before each
+            allocation.
 
     Raises:
         ModelFormatError: the file is missing, truncated, corrupt or uses unsupported ops.
