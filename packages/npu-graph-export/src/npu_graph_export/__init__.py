@@ -15,6 +15,7 @@ from npu_graph_export.errors import (
     ExportError,
     ExportPathError,
     GraphBreakError,
+    MemoryLimitError,
     ModelFormatError,
     NpuGraphExportError,
     RuntimeInputError,
@@ -39,6 +40,7 @@ __all__ = [
     "UnsupportedOpError",
     "ModelFormatError",
     "RuntimeInputError",
+    "MemoryLimitError",
 ]
 
 
