@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from npu_static_kernel._io import atomic_write_json
+from npu_compile._io import atomic_write_json
 
 from npu_compile import _device
 from npu_compile._demo_model import DemoConfig, TinyDecoder
