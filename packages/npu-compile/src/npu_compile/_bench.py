@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from npu_compile._io import atomic_write_json
 
 from npu_compile import _device
 from npu_compile._demo_model import DemoConfig, TinyDecoder
+from npu_compile._io import atomic_write_json
 
 __all__ = [
     "BenchRow",
