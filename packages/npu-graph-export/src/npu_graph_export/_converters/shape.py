@@ -168,9 +168,9 @@ def _split(ctx: Context, node: fx.Node, sizes: list[object], dim: int) -> list[T
     return ctx.builder.add(
         "SplitV",
         ctx.name(),
-        [x, ctx.ints(sizes, "size_splits"), ctx.const(np.int64(dim), ge.DT_INT64, "split_dim")],
+        [x, ctx.ints(sizes, "size_splits"), ctx.const(np.int32(dim), ge.DT_INT32, "split_dim")],
         outputs,
-        {"num_split": len(sizes)},
+        {"num_split": len(sizes)},  # split_dim is int32 only in GE's SplitV
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from npu_graph_export._dtypes import BF16, NUMPY_OF_GE
+from npu_graph_export._dtypes import NUMPY_OF_GE, WIDENED, proto_of_attr
 from npu_graph_export._proto import ge_ir_pb2 as ge
 
 Array = np.ndarray[Any, Any]
@@ -78,8 +78,8 @@ def attr_ints(op: ge.OpDef, name: str) -> list[int]:
 
 
 def numpy_dtype(ge_type: int) -> np.dtype[Any]:
-    """Numpy dtype for a GE type; bf16 computes as float32."""
-    if ge_type == BF16:
+    """Numpy dtype for a proto data type; bf16 and fp8 compute as float32."""
+    if ge_type in WIDENED:
         return np.dtype(np.float32)
     try:
         return NUMPY_OF_GE[ge_type]
@@ -202,9 +202,25 @@ def _swish(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     return [np.asarray(x * _sigmoid(x * np.asarray(attr_float(op, "scale", 1.0), x.dtype)))]
 
 
+def attr_type(op: ge.OpDef, name: str, default: int | None = None) -> int:
+    """A dtype-valued attribute as a proto data type, read the way GE reads it.
+
+    GE declares ``Cast.dst_type`` and ``Shape.dtype`` as ``Int`` and ``FileConstant.dtype`` as
+    ``Type``; both hold ``ge::DataType`` values, not the proto enum of tensor descriptors.
+    """
+    if name not in op.attr and default is not None:
+        return default
+    field = _attr(op, name).WhichOneof("value")
+    value = int(_attr(op, name).dt) if field == "dt" else int(_attr(op, name).i)
+    proto = proto_of_attr(value)
+    if proto is None:
+        raise KernelError(f"attribute {name!r} names ge::DataType {value}, which is not supported")
+    return proto
+
+
 @kernel("Cast")
 def _cast(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
-    return [xs[0].astype(numpy_dtype(attr_int(op, "dst_type")))]
+    return [xs[0].astype(numpy_dtype(attr_type(op, "dst_type")))]
 
 
 @kernel("Tril", "Triu")
@@ -217,7 +233,8 @@ def _triangle(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
 
 @kernel("Shape")
 def _shape(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
-    dtype = numpy_dtype(int(op.attr["dtype"].dt)) if "dtype" in op.attr else np.dtype(np.int32)
+    # GE's default for Shape.dtype is DT_INT32.
+    dtype = numpy_dtype(attr_type(op, "dtype", ge.DT_INT32))
     return [np.asarray(xs[0].shape, dtype=dtype)]
 
 
@@ -357,6 +374,67 @@ def _gather(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     return [np.take(x, indices, axis=axis)]
 
 
+@kernel("Gather")
+def _gather_axis0(op: ge.OpDef, xs: Sequence[Array], comm: Collectives) -> list[Array]:
+    axis = np.zeros((), np.int64)
+    return _gather(op, [xs[0], xs[1], axis], comm)
+
+
+@kernel("GatherElements")
+def _gather_elements(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    x, index = xs[0], xs[1].astype(np.int64)
+    axis = _axis(attr_int(op, "dim", 0), x.ndim)
+    if index.ndim != x.ndim:
+        raise KernelError("GatherElements index must have the rank of x")
+    size = x.shape[axis]
+    if index.size and (index.min() < -size or index.max() >= size):
+        raise KernelValueError(f"gather index out of range for dimension of size {size}")
+    return [np.take_along_axis(x, np.where(index < 0, index + size, index), axis=axis)]
+
+
+@kernel("IndexByTensor")
+def _index_by_tensor(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    x, indices = xs[0], [i.astype(np.int64) for i in xs[1:]]
+    mask = attr_ints(op, "indices_mask") if "indices_mask" in op.attr else [1] * len(indices)
+    if sum(1 for m in mask if m) != len(indices) or len(mask) > x.ndim:
+        raise KernelError(f"indices_mask {mask} does not match {len(indices)} index tensors")
+    key: list[Any] = []
+    feed = iter(indices)
+    for axis, used in enumerate(mask):
+        if not used:
+            key.append(slice(None))
+            continue
+        index = next(feed)
+        size = x.shape[axis]
+        if index.size and (index.min() < -size or index.max() >= size):
+            raise KernelValueError(f"index out of range for dimension of size {size}")
+        key.append(index)
+    # numpy's advanced indexing places the indexed dimensions as ATen's index does.
+    return [x[tuple(key)]]
+
+
+@kernel("Cumsum")
+def _cumsum(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    x = xs[0]
+    axis = _axis(xs[1], x.ndim)
+    if attr_bool(op, "reverse"):
+        x = np.flip(x, axis)
+    y = np.cumsum(x, axis=axis, dtype=x.dtype)
+    if attr_bool(op, "exclusive"):
+        y = y - x
+    return [np.flip(y, axis) if attr_bool(op, "reverse") else y]
+
+
+@kernel("Assign")
+def _assign(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    ref, value = xs[0], xs[1]
+    if ref.shape != value.shape and attr_bool(op, "validate_shape", True):
+        raise KernelError(f"Assign of shape {list(value.shape)} into {list(ref.shape)}")
+    # The ref is the caller's array (RefData): updated in place, as on the device.
+    np.copyto(ref, value.astype(ref.dtype, copy=False))
+    return [ref]
+
+
 @kernel("StridedSliceV2")
 def _strided_slice(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     x = xs[0]
@@ -395,6 +473,20 @@ def _range(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     return [np.arange(start, limit, delta, dtype=np.asarray(xs[0]).dtype)]
 
 
+def _group_size(op: ge.OpDef) -> int:
+    # HcomAllReduce has no rank_size attribute: the group name written for non-HCCL process
+    # groups lists the ranks (``tag=...;rank_list=0,1``); an HCCL communicator name does not.
+    group = attr_str(op, "group", "")
+    for part in group.split(";"):
+        key, _, ranks = part.partition("=")
+        if key.strip() == "rank_list" and ranks:
+            return len(ranks.split(","))
+    raise KernelError(
+        f"the size of group {group!r} is unknown to the reference runtime (no rank_list in its "
+        "name); run this .air with GE"
+    )
+
+
 @kernel("HcomAllReduce", "HcomAllGather", "HcomReduceScatter")
 def _collective(op: ge.OpDef, xs: Sequence[Array], comm: Collectives) -> list[Array]:
     if comm.mode != "replicated":
@@ -403,8 +495,7 @@ def _collective(op: ge.OpDef, xs: Sequence[Array], comm: Collectives) -> list[Ar
             "every rank holds the same input, or run the .air on devices with ATC/GE"
         )
     x = xs[0]
-    ranks = attr_ints(op, "ranklist") if "ranklist" in op.attr else []
-    size = attr_int(op, "rank_size", len(ranks) or 1) if "rank_size" in op.attr else len(ranks) or 1
+    size = attr_int(op, "rank_size") if "rank_size" in op.attr else _group_size(op)
     if size < 1 or size > 4096:
         raise KernelError(f"invalid group size {size}")
     if op.type == "HcomAllGather":
