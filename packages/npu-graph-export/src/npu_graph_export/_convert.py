@@ -108,6 +108,15 @@ def convert(
             op.input_desc[0].name = "x"
             user_index += 1
             ctx.env[node] = data
+        elif spec.kind == InputKind.USER_INPUT and isinstance(value, torch.SymInt):
+            # A Python int exported as dynamic: a 0-d int64 graph input.
+            attrs = {"index": user_index}
+            data = builder.add1("Data", node.name, [], ge.DT_INT64, (), attrs)
+            op = builder.graph.op[-1]
+            op.input_desc.add().CopyFrom(op.output_desc[0])
+            op.input_desc[0].name = "x"
+            user_index += 1
+            ctx.env[node] = data
         elif spec.kind == InputKind.USER_INPUT:
             ctx.env[node] = value  # a Python scalar Dynamo specialised on
         else:
