@@ -6,8 +6,8 @@ import math
 
 from torch import fx
 
-from npu_graph_export._converters.activation import zero_masked_rows
 from npu_graph_export._converters._base import Context, Value, args_of, aten, kwargs_of, register
+from npu_graph_export._converters.activation import zero_masked_rows
 from npu_graph_export._proto import ge_ir_pb2 as ge
 from npu_graph_export.errors import UnsupportedOpError
 

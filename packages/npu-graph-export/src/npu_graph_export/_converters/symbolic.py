@@ -37,6 +37,7 @@ _PYTHON: dict[str, Callable[[int, int], int]] = {
     "FloorDiv": operator.floordiv,
 }
 
+
 def _compare(op_type: str, python: Callable[[int, int], bool]) -> Any:
     # Size comparisons feed runtime assertions (dropped); computed only if something uses them.
     def convert(ctx: Context, node: fx.Node) -> Value:
