@@ -211,7 +211,7 @@ def trace(
         warnings.filterwarnings("ignore", message=_TORCH_NOISE, category=FutureWarning)
         # A dynamic dimension whose example size is 1 (a batch-1 example) would be specialised
         # to 1 by torch's 0/1 rule; size-oblivious reasoning keeps it symbolic.
-        oblivious = torch.fx.experimental._config.patch(
+        oblivious = torch.fx.experimental._config.patch(  # type: ignore[attr-defined]
             backed_size_oblivious=dynamic_shapes is not None
         )
         with _named_inputs(model, kwargs), oblivious:
