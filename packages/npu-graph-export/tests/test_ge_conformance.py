@@ -191,3 +191,69 @@ def test_exporter_op_catalogue_agrees_with_ge(ge_op_table: dict[str, object]) ->
         optional = {n[:-1] for n in reference.inputs if n.endswith("?")}  # type: ignore[attr-defined]
         assert spec.optional == optional, op_type
         assert spec.outputs == reference.outputs, op_type  # type: ignore[attr-defined]
+
+
+def test_runtime_loads_a_weight_over_two_to_the_28_elements(tmp_path: Path) -> None:
+    from npu_graph_export._graph import DType, GraphBuilder, Tensor
+
+    count = (1 << 28) + 8  # uint8: 256 MiB, past the old per-tensor element cap
+    builder = GraphBuilder("big")
+    weight = builder.add1(
+        "FileConstant",
+        "w",
+        [],
+        ge.DT_UINT8,
+        (count,),
+        {"shape": [count], "dtype": DType(ge.DT_UINT8), "file_path": "w", "file_id": ""},
+    )
+    data = builder.add1("Data", "i", [], ge.DT_INT64, (1,), {"index": 0})
+    axis = builder.const(np.int64(0), "axis")
+    picked = builder.add1(
+        "GatherV2", "g", [weight, data, axis], ge.DT_UINT8, (1,), {"batch_dims": 0}
+    )
+    graph = builder.finish([Tensor(picked.op, 0, picked.dtype, picked.shape)])
+    model = ge.ModelDef(name="big")
+    model.graph.add().CopyFrom(graph)
+    (tmp_path / "big.air").write_bytes(model.SerializeToString())
+    values = np.zeros(count, np.uint8)
+    values[-1] = 7
+    values.tofile(tmp_path / "w")
+    del values
+    (got,) = runtime.load(tmp_path / "big.air").run(np.array([count - 1]))
+    assert got.tolist() == [7]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "proto"),
+    [
+        (torch.float8_e4m3fn, ge.DT_FLOAT8_E4M3FN),
+        (torch.float8_e5m2, ge.DT_FLOAT8_E5M2),
+        (torch.uint16, ge.DT_UINT16),
+        (torch.uint32, ge.DT_UINT32),
+        (torch.uint64, ge.DT_UINT64),
+    ],
+)
+def test_fp8_and_unsigned_weights_export_and_run(
+    tmp_path: Path, dtype: torch.dtype, proto: int, ge_check: Check
+) -> None:
+    class Scaled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            values = torch.tensor([[0.5, -1.0, 2.0], [3.0, 0.25, -448.0]])
+            if not dtype.is_floating_point:
+                values = values.abs()
+            self.register_buffer("w", values.to(dtype))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.w.to(torch.float32)
+
+    model = Scaled()
+    x = torch.randn(2, 3)
+    dynamo_export(x, model=model, export_path=tmp_path, config=ExportConfig(embed_limit_bytes=0))
+    graph = _graph(tmp_path / "export.air")
+    ge_check(graph)
+    (weight,) = [op for op in graph.op if op.type == "FileConstant"]
+    assert weight.output_desc[0].dtype == proto
+    assert weight.attr["dtype"].dt == attr_of_proto(proto)
+    (got,) = runtime.load(tmp_path).run(x.numpy())
+    np.testing.assert_array_equal(got, model(x).numpy())
