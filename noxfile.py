@@ -26,7 +26,9 @@ PACKAGES = sorted(p.parent.name for p in ROOT.glob("packages/*/pyproject.toml"))
 # The local torch CPU wheel is cp311 only; other Pythons would download torch from the index.
 PYTHONS = os.environ.get("NPU_PYTHONS", "3.11").split(",")
 CONSTRAINTS = ("-c", str(ROOT / "constraints" / "torch-cpu.txt"))
-TEST_TOOLS = ("pytest", "hypothesis")
+# transformers is a test-only dependency: tests build tiny models from configs (never downloaded) to
+# check the packages against client code the project did not write.
+TEST_TOOLS = ("pytest", "hypothesis", "transformers>=5,<6")
 IMPORT_NAMES = {name: name.replace("-", "_") for name in PACKAGES}
 
 
