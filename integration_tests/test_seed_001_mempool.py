@@ -131,16 +131,16 @@ def test_seed_001_output_clone_keeps_held_outputs(device: torch.device) -> None:
         torch.testing.assert_close(held, want)
 
 
-def test_seed_001_overwrite_check_reports_reused_outputs(device: torch.device) -> None:
-    """Without clone, the debug check turns a silently overwritten output into an error."""
+def test_seed_001_held_outputs_are_never_overwritten(device: torch.device) -> None:
+    """Without clone, an output held across later calls keeps its values (the overwrite check,
+    accepted for TorchAir scripts, has nothing left to flag)."""
     config = npu_compile.CompilerConfig()
     config.debug.aclgraph.check_output_overwrite = True
-    model, _ = _pair(device)
+    model, reference = _pair(device)
     opt_model = torch.compile(model, backend=npu_compile.get_npu_backend(compiler_config=config))
     with torch.no_grad():
         x, pos = torch.randn(2, 16, device=device), torch.arange(2, device=device)
         held = opt_model(x, pos)
         opt_model(torch.randn(2, 16, device=device), pos)
         opt_model(torch.randn(2, 16, device=device), pos)
-        with pytest.raises(npu_mempool.StaleOutputError):
-            held.sum()
+        torch.testing.assert_close(held, reference(x, pos))

@@ -1,7 +1,7 @@
-"""The generated replay path: guarded arguments, ``as_function`` and the emulated fast replay.
+"""The replay path: guarded arguments, ``as_function``, call paths and output liveness.
 
 Each test states a behaviour a user relies on whichever path answers the call: the same numbers
-as eager, outputs overwritten on replay, the caller's tensors left alone, no leaked runner.
+as eager, held outputs never overwritten, the caller's tensors left alone, no leaked runner.
 """
 
 from __future__ import annotations
@@ -143,7 +143,10 @@ def test_feeding_an_output_back_as_the_next_input() -> None:
         h = runner(h, w)
         expected = affine(expected, w)
         torch.testing.assert_close(h, expected)
-    assert runner.counters.replays == 3
+    # `h` is held while the next call runs: the two calls alternate between two call paths.
+    assert runner.num_paths == 2
+    assert runner.counters.captures == 2
+    assert runner.counters.replays == 2
 
 
 def test_feeding_an_output_back_while_another_output_views_the_input() -> None:
@@ -161,7 +164,7 @@ def test_feeding_an_output_back_while_another_output_views_the_input() -> None:
         torch.testing.assert_close(row, fed[0])  # the input of this call, not its output
 
 
-def test_output_that_views_the_static_input_shows_the_new_input() -> None:
+def test_an_output_viewing_the_static_input_is_not_overwritten_while_held() -> None:
     def head(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x[0], x.sum(0)
 
@@ -170,18 +173,19 @@ def test_output_that_views_the_static_input_shows_the_new_input() -> None:
     x = torch.arange(6.0).reshape(2, 3)
     view, total = runner(x)
     assert view.tolist() == [0.0, 1.0, 2.0]
-    assert first_view.tolist() == [0.0, 1.0, 2.0]  # overwritten on replay, as on a device
+    assert first_view.tolist() == [0.0, 0.0, 0.0]  # held: the second call took another path
     assert total.tolist() == [3.0, 5.0, 7.0]
 
 
-def test_outputs_are_overwritten_on_replay() -> None:
+def test_a_dropped_output_is_reused_by_the_next_replay() -> None:
     w = torch.randn(4, 3)
     runner = GraphRunner(affine, input_kinds=[U, P], guarded=[True, True])
     x1, x2 = torch.randn(2, 4), torch.randn(2, 4)
-    first = runner(x1, w)
+    first_ptr = runner(x1, w).data_ptr()
     second = runner(x2, w)
-    assert first is second
-    torch.testing.assert_close(first, affine(x2, w))
+    assert second.data_ptr() == first_ptr  # the static output, written again
+    torch.testing.assert_close(second, affine(x2, w))
+    assert runner.num_paths == 1
 
 
 def test_replay_under_autograd_records_nothing() -> None:
@@ -206,55 +210,41 @@ def test_without_clone_input_later_inputs_are_copied_into_the_first() -> None:
     torch.testing.assert_close(first, second)  # the captured tensor is the static input
 
 
-class _Steps:
-    """A step counter standing in for Dynamo's generation counter."""
-
-    def __init__(self) -> None:
-        self.value = 0
-
-    def __call__(self) -> int:
-        return self.value
-
-
 @pytest.mark.parametrize("as_function", [False, True], ids=["runner", "as_function"])
-def test_second_call_in_a_step_does_not_overwrite_the_first_output(as_function: bool) -> None:
+def test_a_held_output_is_not_overwritten_by_the_next_call(as_function: bool) -> None:
     w = torch.randn(4, 4) / 2
-    steps = _Steps()
-    runner = GraphRunner(affine, input_kinds=[U, P], step=steps)
+    runner = GraphRunner(affine, input_kinds=[U, P])
     call = runner.as_function() if as_function else runner
-    for step in range(4):
-        steps.value = step
+    for _ in range(4):
         x = torch.randn(2, 4)
         first = call(x, w)  # held while the same graph runs again, as `a + block(a)` does
         second = call(first, w)
         torch.testing.assert_close(first, affine(x, w))
         torch.testing.assert_close(second, affine(affine(x, w), w))
+        del first, second
     assert runner.num_graphs == 2  # one per call path
     assert runner.counters.captures == 2
     assert runner.counters.replays == 6
 
 
-def test_without_steps_a_second_call_overwrites_the_first_output() -> None:
-    # The hazard the step function removes: one graph, one set of static outputs.
+def test_a_view_of_an_output_keeps_it_from_being_overwritten() -> None:
     w = torch.randn(4, 4) / 2
     runner = GraphRunner(affine, input_kinds=[U, P])
-    runner(torch.randn(2, 4), w)
     x = torch.randn(2, 4)
-    first = runner(x, w)
-    runner(first.clone(), w)
-    assert not torch.allclose(first, affine(x, w))
+    row = runner(x, w)[0]  # only a view survives
+    runner(torch.randn(2, 4), w)
+    torch.testing.assert_close(row, affine(x, w)[0])
 
 
 def test_call_paths_each_have_their_own_pool_and_reset_together() -> None:
     w = torch.randn(4, 4)
-    steps = _Steps()
-    runner = GraphRunner(affine, input_kinds=[U, P], step=steps)
-    runner(torch.randn(2, 4), w)
+    runner = GraphRunner(affine, input_kinds=[U, P])
+    held = runner(torch.randn(2, 4), w)
     runner(torch.randn(2, 4), w)
     assert runner.counters.pool_bytes > runner.pool.nbytes > 0  # type: ignore[union-attr]
+    del held
     runner.reset()
     assert runner.num_graphs == 0
-    steps.value += 1
     x = torch.randn(2, 4)
     torch.testing.assert_close(runner(x, w), affine(x, w))
     assert runner.num_graphs == 1

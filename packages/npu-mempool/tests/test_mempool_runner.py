@@ -131,8 +131,7 @@ def test_mutated_input_is_updated_in_place_and_its_move_recaptures() -> None:
     runner(torch.ones(2), cache, 0)
     runner(torch.full((2,), 2.0), cache, 1)
     assert cache.tolist() == [[1, 1], [2, 2], [0, 0], [0, 0]]
-    out = runner(torch.full((2,), 3.0), cache, 0)
-    assert out.tolist() == [5, 5]
+    assert runner(torch.full((2,), 3.0), cache, 0).tolist() == [5, 5]
 
     other = torch.zeros(4, 2)
     with runner.counters.expect(captures=1, recapture_reasons={"mutated_input_moved": 1}):
@@ -313,6 +312,43 @@ def test_options_are_validated() -> None:
         CaptureOptions(capture_limit=0)
     with pytest.raises(ValueError, match="warmup_runs"):
         CaptureOptions(warmup_runs=-1)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("clone_input", "yes"), ("clone_output", 1), ("strict", None), ("capture_limit", "8")],
+)
+def test_options_of_the_wrong_type_are_refused(field: str, value: object) -> None:
+    with pytest.raises(OptionsError, match=field):
+        CaptureOptions(**{field: value})  # type: ignore[arg-type]
+
+
+def test_threads_sharing_a_runner_get_their_own_outputs() -> None:
+    import threading
+
+    w = torch.randn(8, 8) / 3
+
+    def step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x @ w) + x
+
+    runner = GraphRunner(step, input_kinds=[U, P])
+    runner(torch.randn(4, 8), w)
+    wrong: list[int] = []
+
+    def worker(seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        for _ in range(100):
+            x = torch.randn(4, 8, generator=generator)
+            out = runner(x, w)
+            if not torch.allclose(out, step(x, w)):
+                wrong.append(seed)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
 
 
 def test_process_wide_counters_sum_runners() -> None:

@@ -12,11 +12,10 @@ one logged reason (logger ``npu_compile``), or raises with ``debug.aclgraph.stri
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import weakref
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -124,15 +123,22 @@ def _uncapturable_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[obje
             f"its inputs live on several device types ({', '.join(sorted(devices))}); a device "
             "graph runs on one device: move every input to the same device"
         )
-    if torch.is_grad_enabled() and any(
-        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
-    ):
-        return (
-            "autograd is recording (an input or parameter requires grad); reduce-overhead "
-            "captures inference graphs: call the model under torch.no_grad() or "
-            "torch.inference_mode()"
-        )
     return None
+
+
+#: Why a graph AOT traced for training is not captured (decided from what the graph does, not
+#: from the grad mode around the call: a ``@torch.no_grad()`` forward traces an inference graph).
+_TRAINING_REASON = (
+    "autograd records this graph (an output requires grad); reduce-overhead captures inference "
+    "graphs: call the model under torch.no_grad() or torch.inference_mode()"
+)
+
+
+def _records_autograd(meta: Any, grad_enabled: bool) -> bool:
+    """Whether AOT traced a training graph: grad was on and some output requires grad."""
+    return grad_enabled and any(
+        getattr(info, "requires_grad", False) for info in getattr(meta, "output_info", ())
+    )
 
 
 def _host_sync_reason(fw_gm: torch.fx.GraphModule) -> str | None:
@@ -154,25 +160,6 @@ _HOST_SYNC_OPS: frozenset[object] = frozenset(
         torch.ops.aten.item.default,
     }
 )
-
-
-def _dynamo_step() -> Callable[[], Hashable] | None:
-    """Dynamo's generation counter, which moves on each top-level call of a compiled model.
-
-    Within one generation, a second call of the same FX graph (a block with a graph break
-    called twice in one ``forward``) then replays graphs of its own instead of overwriting the
-    outputs of the first call, as CUDA Graph Trees do with the same counter. ``None`` where this
-    torch does not have it: every call then shares one set of graphs.
-    """
-    try:
-        from torch._dynamo.mutation_guard import GenerationTracker
-    except ImportError:
-        return None
-    if not isinstance(getattr(GenerationTracker, "generation", None), int):
-        return None
-    # A C-level getattr: no Python frame on the per-call path.
-    step: Callable[[], Hashable] = functools.partial(getattr, GenerationTracker, "generation")
-    return step
 
 
 def _guarded_by_dynamo(kinds: Sequence[Any], example_inputs: Sequence[Any]) -> list[bool]:
@@ -259,6 +246,15 @@ class NpuBackend:
 
     def __repr__(self) -> str:
         return f"NpuBackend({self.config!r})"
+
+    def __copy__(self) -> NpuBackend:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> NpuBackend:
+        # Frameworks copy the backend they are handed (Hugging Face's CompileConfig deep-copies
+        # it); a copy would collect the statistics where the user cannot see them. The config
+        # is a private snapshot already, so sharing the object is safe.
+        return self
 
     def reset(self) -> None:
         """Forget the statistics (called by ``torch._dynamo.reset()``)."""
@@ -362,6 +358,8 @@ def _compile(
     if reason is not None:
         return _fallback(gm, name, reason, config, stats)
 
+    # The grad mode of the call being compiled (AOT compiles the forward graph without grad).
+    grad_enabled = torch.is_grad_enabled()
     is_state = _input_kinds_from_sources(gm, example_inputs)
     n_dynamo_inputs = len(example_inputs)
     device_type = next(iter(_devices(example_inputs)), "cpu")
@@ -383,6 +381,9 @@ def _compile(
                 kinds.append(InputKind.PARAMETER)
             else:
                 kinds.append(InputKind.USER)
+        if meta is not None and _records_autograd(meta, grad_enabled):
+            built["fallback"] = _TRAINING_REASON
+            return _forward_of(fw_gm)
         prepared = prepare_for_capture(fw_gm)
         forward = _forward_of(prepared)
         host_sync = _host_sync_reason(prepared)
@@ -412,7 +413,6 @@ def _compile(
             specialize=specialize,
             name=name,
             guarded=_guarded_by_dynamo(kinds, example_inputs) if bypass else None,
-            step=_dynamo_step(),
         )
         stats.captured += 1
         stats._add_runner(runner)
@@ -433,6 +433,10 @@ def _compile(
         )
     except (NpuStreamsError, NpuMempoolError, NpuCompileError):
         # A broken stream scope or a bad option is the user's to fix, never a silent fallback.
+        raise
+    except torch._dynamo.exc.RestartAnalysis:
+        # Dynamo's own signal to trace the frame again (e.g. a Python float or int it will now
+        # pass as a tensor): not a failure of this graph, and the retrace compiles it anew.
         raise
     except Exception as error:  # AOT cannot trace this graph: it still runs eagerly
         reason = f"AOT autograd could not trace it ({type(error).__name__}: {error})"

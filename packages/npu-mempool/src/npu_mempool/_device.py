@@ -17,7 +17,6 @@ import functools
 import importlib
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from operator import itemgetter
 from typing import Any, Protocol
 
 import torch
@@ -39,22 +38,23 @@ __all__ = [
 ]
 
 StaticLike = Callable[[torch.Tensor], torch.Tensor]
+#: Recomputes a graph's output leaves for one call's arguments (CPU emulation only).
+Rerun = Callable[[tuple[Any, ...]], Sequence[Any]]
 #: What a runner captures: given ``static_like`` (allocates a pool tensor shaped like its argument),
 #: returns the flat output leaves, a function that recomputes them, and every tensor the callable
 #: received (so outputs aliasing an input are recognised).
-Body = Callable[[StaticLike], tuple[list[Any], Callable[[], Sequence[Any]], list[torch.Tensor]]]
+Body = Callable[[StaticLike], tuple[list[Any], Rerun, list[torch.Tensor]]]
 
 
 class Graph(Protocol):
     """A captured graph."""
 
-    #: For the runner's generated replay path, where a replay is a re-run of the captured
-    #: callable (CPU emulation) plus one batched copy: the static outputs that copy writes and the
-    #: indices of the re-run's leaves it reads. ``None``: only :meth:`replay` replays this graph.
-    inline_copies: tuple[list[torch.Tensor], tuple[int, ...]] | None
+    def replay(self, args: tuple[Any, ...]) -> None:
+        """Run the captured work again, writing into the same static outputs.
 
-    def replay(self) -> None:
-        """Run the captured work again, writing into the same static outputs."""
+        ``args`` are the call's arguments, already checked to be the captured ones where the
+        graph reads them in place (a device graph ignores them; the CPU emulation re-runs on them).
+        """
 
     def reset(self) -> None:
         """Free the graph and the pool memory only it holds."""
@@ -81,9 +81,10 @@ class GraphBackend(Protocol):
     def rewind(self, pool: PoolHandle) -> bool:
         """Return the pool to its checkpoint; memory of later captures becomes free again.
 
-        Returns ``False``, changing nothing, when the pool holds allocations the runner does not
-        know about (a tensor created during capture and kept by the callable): rewinding then
-        would free memory still in use.
+        The caller rewinds only while no output of the pool's graphs is held outside them. Returns
+        ``False``, changing nothing, when the pool holds allocations the runner does not know
+        about (a tensor created during capture and kept by the callable): rewinding then would
+        free memory still in use.
         """
 
 
@@ -92,80 +93,47 @@ def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage())
 
 
-def _pick(indices: list[int]) -> Callable[[Any], tuple[Any, ...]]:
-    if len(indices) == 1:
-        (only,) = indices
-        return lambda seq: (seq[only],)
-    return itemgetter(*indices)
-
-
 class EmulatedGraph:
     """Replay re-runs the captured callable and copies its results into the static outputs."""
 
     def __init__(
         self,
-        rerun: Callable[[], Sequence[Any]],
+        rerun: Rerun,
         dst: list[torch.Tensor],
         src: list[int],
         pool: PoolHandle,
         blocks: list[int],
         shared: Sequence[tuple[torch.Tensor, int]] = (),
     ) -> None:
-        # One closure per graph: the emulated replay is the CPU hot path, so the re-run and
-        # the batched copy into the static outputs are bound once here, not looked up per call.
-        run: Callable[[], object] = rerun
-        pick = _pick(src) if src else None
-        if shared:
-            # Outputs that are views of one storage: its bytes are copied whole, views kept.
-            def run() -> None:
-                out = rerun()
-                if pick is not None:
-                    torch._foreach_copy_(dst, pick(out))
-                for base, index in shared:
-                    source = _bytes_of(out[index])
-                    base[: source.numel()].copy_(source)
-
-        elif pick is not None:
-
-            def run() -> None:
-                torch._foreach_copy_(dst, pick(rerun()))
-
-        self._run: Callable[[], object] | None = run
+        self._rerun: Rerun | None = rerun
+        self._dst = dst
+        self._src = src
+        self._shared = list(shared)
         self._pool = pool
         self._blocks = blocks
-        self.inline_copies: tuple[list[torch.Tensor], tuple[int, ...]] | None = (
-            None if shared else (dst, tuple(src))
-        )
 
-    def forget_rerun(self) -> None:
-        """Drop the re-run (and the inputs it holds): the runner replays this graph inline."""
-        self._run = _inline_only
-
-    def replay(self) -> None:
-        run = self._run
-        if run is None:
+    def replay(self, args: tuple[Any, ...]) -> None:
+        rerun = self._rerun
+        if rerun is None:
             raise RuntimeError("replay() of a graph that was reset; capture it again")
-        if torch.is_grad_enabled():
-            # A device replay records no autograd history; neither does the emulation.
-            with torch.no_grad():
-                run()
-        else:
-            run()
+        # A device replay records no autograd history, and writes into its static outputs in any
+        # grad mode; so does the emulation.
+        with torch.no_grad():
+            out = rerun(args)
+            if self._src:
+                torch._foreach_copy_(self._dst, [out[i] for i in self._src])
+            # Outputs that are views of one storage: its bytes are copied whole, views kept.
+            for base, index in self._shared:
+                source = _bytes_of(out[index])
+                base[: source.numel()].copy_(source)
 
     def reset(self) -> None:
-        self.inline_copies = None
         arena = self._pool._arena
         assert arena is not None
         for block in self._blocks:
             arena.free(block)
         self._blocks = []
-        self._run = None
-
-
-def _inline_only() -> None:
-    raise RuntimeError(
-        "this emulated graph is replayed by its GraphRunner's generated replay path only"
-    )
+        self._rerun = None
 
 
 class EmulatedBackend:
@@ -195,7 +163,6 @@ class EmulatedBackend:
             # Outputs that alias an input (a view of a KV cache, of a static input) are live
             # memory already updated by the re-run; everything else gets a static buffer.
             aliased = {t.untyped_storage()._cdata for t in inputs}
-            aliased.add(arena.storage._cdata)
             static: list[Any] = list(leaves)
             dst: list[torch.Tensor] = []
             src: list[int] = []
@@ -223,9 +190,10 @@ class EmulatedBackend:
                         base.copy_(_bytes_of(leaf))
                         bases[storage._cdata] = base
                         shared.append((base, i))
-                    buffer = torch.empty(0, dtype=leaf.dtype)
-                    start = base.storage_offset() // leaf.element_size() + leaf.storage_offset()
-                    buffer.set_(arena.storage, start, leaf.shape, leaf.stride())
+                    with torch.inference_mode(False):
+                        buffer = torch.empty(0, dtype=leaf.dtype)
+                        start = base.storage_offset() // leaf.element_size() + leaf.storage_offset()
+                        buffer.set_(base.untyped_storage(), start, leaf.shape, leaf.stride())
                     seen[id(leaf)] = static[i] = buffer
                     continue
                 # Strides as a device output would have them (those of empty_like: the
@@ -248,7 +216,7 @@ class EmulatedBackend:
 
     def rewind(self, pool: PoolHandle) -> bool:
         assert pool._arena is not None
-        pool._arena.rewind(pool._checkpoint)
+        pool._arena.rewind(pool._checkpoint, set())
         pool._owned.clear()
         return True
 
@@ -369,11 +337,12 @@ class _Npu:
 
 
 class _DeviceGraph:
-    inline_copies: tuple[list[torch.Tensor], tuple[int, ...]] | None = None  # replay() only
-
     def __init__(self, graph: Any) -> None:
         self._graph = graph
-        self.replay = graph.replay
+        self._replay = graph.replay
+
+    def replay(self, args: tuple[Any, ...]) -> None:
+        self._replay()
 
     def reset(self) -> None:
         self._graph.reset()
@@ -425,7 +394,9 @@ class DeviceBackend:
 
         def static_like(x: torch.Tensor) -> torch.Tensor:
             # Allocated inside the capture, hence from the graph pool; filled before each replay.
-            return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            # A normal tensor even under inference_mode: replays copy into it in any mode.
+            with torch.inference_mode(False):
+                return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
         self._family.drop_library_workspaces()
         try:

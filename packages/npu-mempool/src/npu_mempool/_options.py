@@ -35,6 +35,16 @@ class InputKind(enum.Enum):
     USER = "user"
 
 
+_BOOLEAN_FIELDS = (
+    "reuse_pool_across_shapes",
+    "clone_input",
+    "clone_output",
+    "check_output_overwrite",
+    "frozen_parameters",
+    "strict",
+)
+
+
 @dataclass(frozen=True)
 class CaptureOptions:
     """Memory and capture policy of one :class:`~npu_mempool.GraphRunner`.
@@ -58,9 +68,9 @@ class CaptureOptions:
         clone_output: ``debug.aclgraph.enable_output_clone``. Return clones of the outputs so that a
             caller can hold them across later calls, at the cost of one allocation and copy per
             output per call.
-        check_output_overwrite: Debug aid. Outputs are returned as guarded tensors; reading one
-            after a later replay overwrote it raises :class:`~npu_mempool.StaleOutputError`
-            instead of returning wrong numbers. Slows every call; meant for tests and bug hunts.
+        check_output_overwrite: Accepted for TorchAir-style configs. Outputs still in use are
+            never overwritten (see :class:`~npu_mempool.GraphRunner`), so there is nothing to
+            detect; it changes nothing.
         capture_limit: ``debug.aclgraph.static_capture_size_limit``. When a new graph would exceed
             it, the runner warns once, frees its graphs and runs eagerly from then on.
         frozen_parameters: Promise that PARAMETER inputs never change address, which removes their
@@ -84,6 +94,15 @@ class CaptureOptions:
     warmup_runs: int | None = None
 
     def __post_init__(self) -> None:
+        for name in _BOOLEAN_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                # A string such as "yes" or "False" is truthy: it would silently turn a mode on.
+                raise OptionsError(f"CaptureOptions.{name} must be True or False, got {value!r}")
+        for name in ("capture_limit", "warmup_runs"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise OptionsError(f"CaptureOptions.{name} must be an int, got {value!r}")
         if self.capture_limit < 1:
             raise OptionsError(
                 f"CaptureOptions.capture_limit must be at least 1, got {self.capture_limit}; "

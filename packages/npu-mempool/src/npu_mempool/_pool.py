@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import weakref
 from typing import Any
 
@@ -12,6 +13,8 @@ __all__ = ["PoolHandle", "live_pool_bytes"]
 # Same granularity as the CUDA caching allocator's smallest block, so emulated byte counts on CPU
 # are in the same ballpark as device ones.
 _ALIGN = 512
+# Address space reserved per arena chunk; pages are committed only when written.
+_CHUNK = 64 << 20
 
 _LIVE_POOLS: weakref.WeakSet[PoolHandle] = weakref.WeakSet()
 
@@ -24,51 +27,70 @@ def live_pool_bytes() -> int:
 class _Arena:
     """A real byte arena that emulates a device graph pool on CPU.
 
-    One resizable ``UntypedStorage`` backs every static tensor of the pool, carved at offsets by a
-    first-fit allocator, so tensors allocated at overlapping offsets really share memory. Rewinding
-    to a checkpoint forgets the blocks allocated since, exactly like the device allocator's
-    ``setCheckpointPoolState``: the next allocations land on the same bytes. Growing the storage
-    keeps existing views valid because they hold the storage, not its address.
+    Memory comes in chunks that never move (anonymous memory maps, committed only where touched),
+    carved at offsets by a first-fit allocator, so tensors allocated at overlapping offsets really
+    share memory. Every tensor gets a storage of its own over its bytes, as a device allocation
+    does: liveness of one output is its storage's use count, and a storage keeps its chunk mapped
+    for as long as any tensor uses it, even after the pool is gone. Rewinding to a checkpoint
+    forgets the blocks allocated since (the next allocations land on the same bytes), exactly like
+    the device allocator's ``setCheckpointPoolState``, except blocks the caller says are still in
+    use.
     """
 
     def __init__(self) -> None:
-        self.storage = torch.empty(0, dtype=torch.uint8).untyped_storage()
-        self._blocks: dict[int, tuple[int, int]] = {}
+        self._chunks: list[mmap.mmap] = []
+        # block id -> (chunk index, byte offset, byte length)
+        self._blocks: dict[int, tuple[int, int, int]] = {}
         self._next_id = 0
-        self.high_water = 0
+        self._ends: list[int] = []  # high-water mark per chunk
 
-    def allocate(self, nbytes: int) -> tuple[int, int]:
-        """Reserve ``nbytes``; return ``(block id, byte offset)``."""
-        size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+    @property
+    def high_water(self) -> int:
+        """Bytes of the pool ever in use at once, per chunk, summed."""
+        return sum(self._ends)
+
+    def _fit(self, chunk: int, size: int) -> int | None:
         offset = 0
-        for start, length in sorted(self._blocks.values()):
+        taken = sorted((start, length) for c, start, length in self._blocks.values() if c == chunk)
+        for start, length in taken:
             if start - offset >= size:
                 break
             offset = max(offset, start + length)
-        end = offset + size
-        capacity = self.storage.nbytes()
-        if end > capacity:
-            self.storage.resize_(max(end, capacity + capacity // 2))
-        self.high_water = max(self.high_water, end)
+        return offset if offset + size <= len(self._chunks[chunk]) else None
+
+    def allocate(self, nbytes: int) -> tuple[int, int, int]:
+        """Reserve ``nbytes``; return ``(block id, chunk index, byte offset)``."""
+        size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+        for chunk in range(len(self._chunks)):
+            offset = self._fit(chunk, size)
+            if offset is not None:
+                break
+        else:
+            self._chunks.append(mmap.mmap(-1, max(size, _CHUNK)))
+            self._ends.append(0)
+            chunk, offset = len(self._chunks) - 1, 0
+        self._ends[chunk] = max(self._ends[chunk], offset + size)
         block = self._next_id
         self._next_id += 1
-        self._blocks[block] = (offset, size)
-        return block, offset
+        self._blocks[block] = (chunk, offset, size)
+        return block, chunk, offset
 
     def free(self, block: int) -> None:
         # A block forgotten by a rewind is already free; its offset may belong to someone else now.
         self._blocks.pop(block, None)
 
-    def checkpoint(self) -> dict[int, tuple[int, int]]:
+    def checkpoint(self) -> dict[int, tuple[int, int, int]]:
         return dict(self._blocks)
 
-    def rewind(self, state: dict[int, tuple[int, int]]) -> None:
-        self._blocks = dict(state)
+    def rewind(self, state: dict[int, tuple[int, int, int]], keep: set[int]) -> None:
+        """Forget every block allocated since ``state`` except the block ids in ``keep``."""
+        kept = {block: self._blocks[block] for block in keep if block in self._blocks}
+        self._blocks = {**dict(state), **kept}
 
     def empty(
         self, shape: torch.Size, dtype: torch.dtype, stride: tuple[int, ...] | None = None
     ) -> tuple[int, torch.Tensor]:
-        """A tensor carved from the arena; returns ``(block id, tensor)``.
+        """A tensor carved from the arena, with a storage of its own; returns ``(block, tensor)``.
 
         Contiguous unless ``stride`` is given, which must describe a dense, non-overlapping
         layout of ``shape`` (a permutation of the contiguous strides).
@@ -77,7 +99,8 @@ class _Arena:
         numel = 1
         for dim in shape:
             numel *= dim
-        block, offset = self.allocate(numel * itemsize)
+        nbytes = numel * itemsize
+        block, chunk, offset = self.allocate(nbytes)
         if stride is None:
             strides: list[int] = []
             step = 1
@@ -85,8 +108,13 @@ class _Arena:
                 strides.append(step)
                 step *= max(dim, 1)
             stride = tuple(reversed(strides))
-        tensor = torch.empty(0, dtype=dtype)
-        tensor.set_(self.storage, offset // itemsize, shape, stride)
+        # Normal tensors even under inference_mode: replays copy into them in any mode.
+        with torch.inference_mode(False):
+            raw = torch.frombuffer(
+                self._chunks[chunk], dtype=torch.uint8, count=max(nbytes, 1), offset=offset
+            )
+            tensor = torch.empty(0, dtype=dtype)
+            tensor.set_(raw.untyped_storage(), 0, shape, stride)
         return block, tensor
 
 
@@ -115,9 +143,9 @@ class PoolHandle:
         # allocator still owns, which a rewind must neutralise.
         self._checkpoint: Any = None
         self._owned: list[torch.Tensor] = []
-        # check_output_overwrite without rewinds: the replay counters of the pool's graphs in
-        # capture order (a replay makes outputs of graphs captured after it stale).
-        self._captured: list[Any] = []
+        # Graphs of this pool whose outputs were handed out and may still be held: before a
+        # replay or a rewind, their outputs' liveness decides whether the pool memory is free.
+        self._lent: dict[int, Any] = {}
         _LIVE_POOLS.add(self)
 
     @property

@@ -1,0 +1,121 @@
+"""Hugging Face ``transformers`` decoders and an encoder under the npu_compile backend.
+
+Client code we did not write: tiny models built from configs, decoded with ``generate`` and with
+hand-written ``StaticCache`` loops. Every result must equal eager token for token.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from npu_compile import get_npu_backend
+
+from integration_tests.hf._models import (
+    DECODERS,
+    Request,
+    decode,
+    decoder,
+    encoder,
+    generate,
+    prompt,
+)
+
+TOKENS = 8
+
+
+@pytest.fixture(autouse=True)
+def _no_fallback_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="npu_compile")
+
+
+def _fallbacks(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "npu_compile"]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("name", DECODERS)
+def test_generate_with_a_static_cache_matches_eager(
+    name: str, dynamic: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = decoder(name)
+    ids = prompt(1)
+    expected = generate(model, ids, TOKENS)
+    backend = get_npu_backend()
+    model.forward = torch.compile(model.forward, backend=backend, dynamic=dynamic)
+    assert torch.equal(generate(model, ids, TOKENS), expected)
+    assert backend.stats.fallbacks == []
+    assert _fallbacks(caplog) == []
+    replays = sum(r.counters.replays for r in backend.stats.runners)
+    assert replays > 0
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "gemma2"])
+def test_two_requests_with_their_own_caches_decoded_in_turn(name: str) -> None:
+    model = decoder(name)
+    prompts = [prompt(2), prompt(3)]
+    expected = [decode(model.forward, model, ids, TOKENS) for ids in prompts]
+    compiled = torch.compile(model.forward, backend=get_npu_backend())
+    requests = [Request(model, ids) for ids in prompts]
+    with torch.no_grad():
+        for _ in range(TOKENS):
+            for request in requests:
+                request.step(compiled)
+    for request, tokens in zip(requests, expected, strict=True):
+        assert torch.equal(request.result(), tokens)
+
+
+def test_two_model_instances_decoded_in_turn() -> None:
+    models = [decoder("llama", seed=0), decoder("llama", seed=1)]
+    ids = prompt(4)
+    expected = [decode(m.forward, m, ids, TOKENS) for m in models]
+    backend = get_npu_backend()
+    compiled = [torch.compile(m.forward, backend=backend) for m in models]
+    requests = [Request(m, ids) for m in models]
+    with torch.no_grad():
+        for _ in range(TOKENS):
+            for request, forward in zip(requests, compiled, strict=True):
+                request.step(forward)
+    for request, tokens in zip(requests, expected, strict=True):
+        assert torch.equal(request.result(), tokens)
+
+
+def test_gemma_sliding_window_cache_replays_its_decode_steps() -> None:
+    model = decoder("gemma2")
+    ids = prompt(5)
+    steps = 24
+    expected = decode(model.forward, model, ids, steps)
+    backend = get_npu_backend()
+    compiled = torch.compile(model.forward, backend=backend)
+    assert torch.equal(decode(compiled, model, ids, steps), expected)
+    replays = sum(r.counters.replays for r in backend.stats.runners)
+    assert replays >= 0.9 * (steps - 1)
+
+
+def test_bert_encoder_matches_eager() -> None:
+    model = encoder()
+    backend = get_npu_backend()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for length in (5, 5, 7, 5, 5, 7):
+            ids = prompt(length, length)
+            mask = torch.ones_like(ids)
+            expected = model(input_ids=ids, attention_mask=mask).last_hidden_state
+            got = compiled(input_ids=ids, attention_mask=mask).last_hidden_state
+            torch.testing.assert_close(got, expected)
+            del got  # done with it: the next call may replay in place
+    assert sum(r.counters.replays for r in backend.stats.runners) > 0
+
+
+def test_bert_encoder_dynamic_has_no_fallback(caplog: pytest.LogCaptureFixture) -> None:
+    model = encoder()
+    backend = get_npu_backend()
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for length in (1, 3, 1):
+            ids = prompt(length, length)
+            expected = model(input_ids=ids).last_hidden_state
+            torch.testing.assert_close(compiled(input_ids=ids).last_hidden_state, expected)
+    assert backend.stats.fallbacks == []
+    assert _fallbacks(caplog) == []

@@ -1,0 +1,109 @@
+"""Capture one graph into a pool: static inputs, static outputs, and what the pool now owns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+
+from npu_mempool._device import GraphBackend
+from npu_mempool._entry import Entry, storage_ref
+from npu_mempool._keys import Layout
+from npu_mempool._options import CaptureOptions
+from npu_mempool._outputs import Output
+from npu_mempool._pool import PoolHandle
+
+__all__ = ["capture"]
+
+
+def capture(
+    *,
+    fn: Callable[..., Any],
+    key: Hashable,
+    args: tuple[Any, ...],
+    layout: Layout,
+    options: CaptureOptions,
+    pool: PoolHandle,
+    backend: GraphBackend,
+    rewinds: bool,
+) -> Entry:
+    """Capture ``fn(*args)`` into ``pool`` and return its entry.
+
+    Args:
+        fn: The callable to capture (possibly specialised for this key).
+        key: The graph key of ``args``.
+        args: The call's arguments.
+        layout: Which argument is what.
+        options: The runner's options.
+        pool: The pool to capture into (already rewound if the runner decided so).
+        backend: The device's graph implementation.
+        rewinds: Whether the pool is rewound before later captures: its outputs are then
+            recorded as pool-owned so a device rewind can neutralise them.
+    """
+    static_args: list[Any] = list(args)
+    structure: list[Output] = []
+    watched = set(layout.watched)
+
+    def body(
+        static_like: Callable[[torch.Tensor], torch.Tensor],
+    ) -> tuple[list[Any], Callable[[tuple[Any, ...]], Sequence[Any]], list[torch.Tensor]]:
+        for i in layout.user:
+            # Without clone_input the caller's tensor is captured and later inputs are copied
+            # into it, which is impossible where its elements share memory (an expanded
+            # tensor): such an input gets a pool buffer as with clone_input.
+            if options.clone_input or torch._debug_has_internal_overlap(args[i]) == 1:
+                static_args[i] = static_like(args[i])
+        out = fn(*static_args)
+        shape = Output(out)
+        structure.append(shape)
+        inputs = [static_args[i] for i in layout.tensors]
+        flatten = shape.flatten()
+
+        def rerun(call: tuple[Any, ...]) -> Sequence[Any]:
+            # The emulated replay: watched inputs are the call's own tensors (they passed the
+            # address check, so they are the captured memory), which the graph must not keep
+            # alive, as a device graph keeps none (a replaced KV cache must be free to die).
+            return flatten(fn(*[call[i] if i in watched else a for i, a in enumerate(static_args)]))
+
+        return shape.leaves, rerun, inputs
+
+    graph, static_leaves = backend.capture(pool, body)
+    shape = structure[0]
+    caller_storages = {
+        args[i].untyped_storage()._cdata for i in layout.tensors if static_args[i] is args[i]
+    }
+    # Outputs in pool memory: they are what a later replay can overwrite.
+    owned = [
+        isinstance(leaf, torch.Tensor) and leaf.untyped_storage()._cdata not in caller_storages
+        for leaf in static_leaves
+    ]
+    if rewinds:
+        pool._owned.extend(t for t, mine in zip(static_leaves, owned, strict=True) if mine)
+        pool._owned.extend(static_args[i] for i in layout.user if static_args[i] is not args[i])
+    # An output that is a MUTATED input (or a view of it) keeps that tensor alive through the
+    # runner, so its liveness says nothing: such a graph is replaced, never kept.
+    mutated = {args[i].untyped_storage()._cdata for i in layout.mutated}
+    pinned = any(
+        isinstance(leaf, torch.Tensor) and leaf.untyped_storage()._cdata in mutated
+        for leaf in static_leaves
+    )
+    ptrs = tuple(args[i].data_ptr() for i in layout.watched)
+    storages = None if pinned else tuple(storage_ref(args[i]) for i in layout.mutated)
+    dst = [static_args[i] for i in layout.user]
+    for i in watched:
+        static_args[i] = None  # the replay passes the call's own tensors
+    return Entry(
+        key=key,
+        graph=graph,
+        pool=pool,
+        ptrs=ptrs,
+        storages=storages,
+        user=layout.user,
+        dst=dst,
+        clone_input=options.clone_input,
+        shape=shape,
+        leaves=static_leaves,
+        owned=owned,
+        clone_output=options.clone_output,
+    )

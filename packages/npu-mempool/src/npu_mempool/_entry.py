@@ -1,0 +1,154 @@
+"""One captured graph: its static buffers, its replay, and the outputs it has handed out."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from npu_mempool._device import Graph
+from npu_mempool._outputs import Output, storage_uses
+from npu_mempool._pool import PoolHandle
+
+__all__ = ["Entry"]
+
+
+class Entry:
+    """A captured graph and everything its replay needs, prepared once at capture.
+
+    A replay copies the call's USER inputs into the static input buffers, replays the graph and
+    hands the static outputs out (see [Note: output liveness] in ``_outputs``).
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_clone_output",
+        "_copy",
+        "_dst",
+        "_leaves",
+        "_owned",
+        "_shape",
+        "_user",
+        "_uses",
+        "graph",
+        "key",
+        "pool",
+        "ptrs",
+        "storages",
+    )
+
+    def __init__(
+        self,
+        *,
+        key: Hashable,
+        graph: Graph,
+        pool: PoolHandle,
+        ptrs: tuple[int, ...],
+        storages: tuple[StorageWeakRef, ...] | None,
+        user: list[int],
+        dst: list[torch.Tensor],
+        clone_input: bool,
+        shape: Output,
+        leaves: list[Any],
+        owned: list[bool],
+        clone_output: bool,
+    ) -> None:
+        self.key = key
+        self.graph = graph
+        self.pool = pool
+        # Addresses of the watched inputs (MUTATED, and PARAMETER unless frozen) at capture.
+        self.ptrs = ptrs
+        # The storages of the MUTATED inputs at capture, held weakly: while they all live, the
+        # graph still serves the caller's tensors; once one died, the graph is stale. None:
+        # liveness cannot tell (an output pins a MUTATED input).
+        self.storages = storages
+        self._user = user
+        self._dst = dst
+        self._copy: Callable[[list[torch.Tensor], list[torch.Tensor]], None] = (
+            torch._foreach_copy_ if clone_input else _copy_moved
+        )
+        self._shape = shape
+        self._leaves = leaves
+        self._owned = owned
+        self._clone_output = clone_output
+        # What the runner itself holds of each pool-owned output storage: more uses than these
+        # mean a handed-out output (or a view of one) is alive.
+        uses: dict[int, int] = {}
+        for leaf, mine in zip(leaves, owned, strict=True):
+            if mine:
+                cdata = leaf.untyped_storage()._cdata
+                uses[cdata] = storage_uses(cdata)
+        self._uses = tuple(uses.items())
+
+    def in_use(self) -> bool:
+        """Whether an output this graph handed out (or a view of one) is still alive."""
+        return any(storage_uses(cdata) > mine for cdata, mine in self._uses)
+
+    def replay(self, args: tuple[Any, ...]) -> Any:
+        """Copy the inputs in, replay, and hand the outputs out."""
+        if self._user:
+            self._copy(self._dst, [args[i] for i in self._user])
+        self.graph.replay(args)
+        return self.hand_out()
+
+    def hand_out(self) -> Any:
+        """The outputs of the last replay, as the callable returned them."""
+        if self._clone_output:
+            leaves = [
+                leaf.clone() if mine else leaf
+                for leaf, mine in zip(self._leaves, self._owned, strict=True)
+            ]
+        elif self._uses:
+            leaves = [
+                leaf.detach() if mine else leaf
+                for leaf, mine in zip(self._leaves, self._owned, strict=True)
+            ]
+            # The pool must know: its other graphs may not write this memory while it is used.
+            self.pool._lent[id(self)] = weakref.ref(self)
+        else:
+            leaves = self._leaves
+        return self._shape.build(leaves)
+
+    def alive(self) -> bool:
+        """Whether every MUTATED tensor the graph was captured with still exists."""
+        if self.storages is None:
+            return False
+        return not any(storage.expired() for storage in self.storages)  # type: ignore[no-untyped-call]
+
+    def discard(self) -> None:
+        """Free the graph, and its pool memory unless a handed-out output still uses it."""
+        self.pool._lent.pop(id(self), None)
+        if not self.in_use():
+            self.graph.reset()
+        # else: the memory stays with the outputs that use it (a device tensor keeps its
+        # allocation; the CPU arena keeps the blocks until the pool goes).
+
+
+def storage_ref(tensor: torch.Tensor) -> StorageWeakRef:
+    """A weak reference to the tensor's storage (alive as long as any view of it is)."""
+    return StorageWeakRef(tensor.untyped_storage())  # type: ignore[no-untyped-call]
+
+
+def pool_in_use(pool: PoolHandle, but: Entry | None = None) -> bool:
+    """Whether outputs handed out by graphs of ``pool`` (other than ``but``) are still alive.
+
+    Graphs found idle are forgotten, so the check costs one look per graph still lent out.
+    """
+    busy = False
+    for ident, ref in list(pool._lent.items()):
+        entry = ref()
+        if entry is None or not entry.in_use():
+            del pool._lent[ident]
+        elif entry is not but:
+            busy = True
+    return busy
+
+
+def _copy_moved(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
+    """clone_input=False: copy only the inputs that are not the captured tensors themselves."""
+    moved = [(d, s) for d, s in zip(dst, src, strict=True) if d.data_ptr() != s.data_ptr()]
+    if moved:
+        torch._foreach_copy_([d for d, _ in moved], [s for _, s in moved])

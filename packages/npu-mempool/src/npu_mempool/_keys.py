@@ -1,0 +1,80 @@
+"""Graph keys: which positional argument is what, and the key a call is looked up by."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+
+from npu_mempool._options import InputKind
+from npu_mempool.errors import InputLayoutError
+
+__all__ = ["Layout"]
+
+
+class Layout:
+    """Which positional argument is what, fixed at the first call."""
+
+    def __init__(
+        self,
+        args: tuple[Any, ...],
+        kinds: Sequence[InputKind] | None,
+        frozen: bool,
+        guarded: Sequence[bool] | None,
+    ):
+        if guarded is not None and len(guarded) != len(args):
+            raise InputLayoutError(
+                f"guarded names {len(guarded)} argument(s) but the call passed {len(args)}; "
+                "give one flag per positional argument"
+            )
+        self.guarded = [bool(g) for g in guarded] if guarded is not None else [False] * len(args)
+        if kinds is None:
+            kinds = [InputKind.USER] * len(args)
+        if len(kinds) != len(args):
+            raise InputLayoutError(
+                f"input_kinds names {len(kinds)} argument(s) but the call passed {len(args)}; "
+                "give one InputKind per positional argument"
+            )
+        tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        self.count = len(args)
+        self.tensors = tensors
+        self.user = [i for i in tensors if kinds[i] is InputKind.USER]
+        self.mutated = [i for i in tensors if kinds[i] is InputKind.MUTATED]
+        self.params = [i for i in tensors if kinds[i] is InputKind.PARAMETER]
+        self.scalars = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
+        # Addresses checked on every call: mutated inputs always, parameters unless frozen.
+        self.watched = sorted(self.mutated + ([] if frozen else self.params))
+        self.key = self._key_function()
+
+    def _key_function(self) -> Callable[[tuple[Any, ...]], Hashable]:
+        # Parameter shapes cannot change without their address changing, so only user and
+        # mutated inputs (and non-tensor values such as SymInts) make up the key. A graph is
+        # only valid for the dtypes it was captured with, and the batched input copy would
+        # silently cast another dtype into the static buffer, so dtypes are part of the key. A
+        # mutated input is used in place: the same address seen through other strides (a
+        # transposed view) needs its own graph. The argument count is part of the key so that
+        # an extra argument is never silently ignored, and the types of non-tensor values too:
+        # ``1``, ``1.0`` and ``True`` compare equal but do not give the same graph.
+        # Generated once per runner: a flat tuple expression, the cheapest key Python can build
+        # (about as fast as the shape alone; map/unpacking over pickers costs several times more).
+        # Arguments the caller guards itself (Dynamo checks shapes, dtypes and strides of a
+        # graph compiled with static shapes before calling it) stay out of the key; with every
+        # argument guarded the key is a constant and a call computes nothing.
+        mutated = set(self.mutated)
+        parts = [] if all(self.guarded) else ["len(a)"]
+        for i in sorted(self.user + self.mutated):
+            if self.guarded[i]:
+                continue
+            parts += [f"a[{i}].shape", f"a[{i}].dtype"]
+            if i in mutated:
+                parts.append(f"a[{i}].stride()")
+        for i in self.scalars:
+            if not self.guarded[i]:
+                parts += [f"a[{i}]", f"type(a[{i}])"]
+        # The source is built from integer indices only: nothing user-controlled is evaluated.
+        self.key_source = f"({', '.join(parts)},)" if parts else "()"
+        key: Callable[[tuple[Any, ...]], Hashable] = eval(
+            f"lambda a: {self.key_source}", {"len": len, "type": type}
+        )
+        return key
