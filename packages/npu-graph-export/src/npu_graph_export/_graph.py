@@ -192,9 +192,14 @@ class GraphBuilder:
         dtype = GE_OF_NUMPY[np.dtype(array.dtype)]
         return self.add1("Const", name, [], dtype, tuple(array.shape), {"value": array})
 
-    def finish(self, outputs: Sequence[Tensor]) -> ge.GraphDef:
-        """Append ``NetOutput``, drop ops nothing depends on (Data ops stay), return the graph."""
+    def finish(self, outputs: Sequence[Tensor], controls: Sequence[str] = ()) -> ge.GraphDef:
+        """Append ``NetOutput``, drop ops nothing depends on (inputs stay), return the graph.
+
+        ``controls`` names ops that produce no output but must run (``Assign``): they become
+        control inputs (``"<op>:-1"``) of ``NetOutput``.
+        """
         self.add("NetOutput", "NetOutput", outputs, [])
+        self.graph.op[-1].input.extend(f"{name}:-1" for name in controls)
         needed = {"NetOutput"}
         ops = {op.name: op for op in self.graph.op}
         stack = ["NetOutput"]

@@ -168,6 +168,47 @@ def _named_inputs(model: torch.nn.Module, kwargs: dict[str, Any]) -> Iterator[No
             del forward.__signature__
 
 
+def _refuse_aliased_inputs(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], error: Exception
+) -> None:
+    """Raise a clear ExportError for ``error`` if two example inputs share memory.
+
+    torch.export fails on such inputs when the model writes one of them (a cache passed twice,
+    or a view of another input) with an internal assertion.
+    """
+    aliased = _aliased_inputs(model, args, kwargs)
+    if aliased:
+        raise ExportError(
+            f"inputs {aliased[0]!r} and {aliased[1]!r} share memory (the same tensor, or views "
+            "of one) and the model writes to one of them; an offline graph's inputs are "
+            "separate buffers, so pass a .clone() of one of them"
+        ) from error
+
+
+def _aliased_inputs(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str, str] | None:
+    """Names of two example tensors that share storage, or None."""
+    try:
+        names = list(inspect.signature(model.forward).bind(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        names = []
+    leaves = [*args, *kwargs.values()]
+    labels = [*(names[: len(args)] or [f"args[{i}]" for i in range(len(args))]), *kwargs]
+    seen: dict[int, str] = {}
+    for label, value in zip(labels, leaves, strict=False):
+        if not isinstance(value, torch.Tensor) or value.device.type == "meta":
+            continue
+        try:
+            key = value.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):
+            continue
+        if key and key in seen:
+            return seen[key], label
+        seen.setdefault(key, label)
+    return None
+
+
 def _has_dim(spec: Any) -> bool:
     """True when a dynamic_shapes tree holds at least one Dim (not all None)."""
     if spec is None:
@@ -216,7 +257,11 @@ def trace(
         )
         with _named_inputs(model, kwargs), oblivious:
             program = _export(model, args, kwargs, dynamic_shapes)
-        decomposed: ExportedProgram = program.run_decompositions(_decompositions())
+        try:
+            decomposed: ExportedProgram = program.run_decompositions(_decompositions())
+        except Exception as error:
+            _refuse_aliased_inputs(model, args, kwargs, error)
+            raise
         return decomposed
 
 
@@ -233,6 +278,7 @@ def _export(
             )
             return exported
     except Exception as error:  # torch raises many unrelated types for one cause
+        _refuse_aliased_inputs(model, args, kwargs, error)
         text = f"{type(error).__name__}: {error}"
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else text
         if any(marker in text for marker in _DATA_DEPENDENT_MARKERS):
