@@ -69,3 +69,17 @@ def test_dynamic_dims_naming_an_unknown_input_is_refused(tmp_path: Path) -> None
         dynamo_export(
             torch.randn(1, 6), 3, model=Prefix(), export_path=tmp_path, dynamic_dims={"y": [0]}
         )
+
+
+def test_dynamic_export_that_comes_out_static_warns(tmp_path: Path) -> None:
+    class Fixed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(2, 3))  # x must be 2 x 3 to add to it
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.w
+
+    with pytest.warns(UserWarning, match="graph is static"):
+        dynamo_export(torch.randn(2, 3), model=Fixed(), export_path=tmp_path, dynamic=True)
+    assert runtime.load(tmp_path).inputs[0].shape == (2, 3)

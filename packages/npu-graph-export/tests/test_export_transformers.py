@@ -160,6 +160,19 @@ def test_dynamic_export_runs_other_batch_and_length(
     _check(path, name, _inputs(1, 11, seed=4))
 
 
+def test_export_without_attention_mask(tmp_path: Path) -> None:
+    ids = _inputs(2, 6, seed=5)["input_ids"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dynamo_export(model=_build("qwen2"), export_path=tmp_path, input_ids=ids, use_cache=False)
+    loaded = runtime.load(tmp_path)
+    assert [info.name for info in loaded.inputs] == ["input_ids"]
+    (got, *_) = loaded.run(ids.numpy())
+    with torch.no_grad():
+        expected = _build("qwen2")(input_ids=ids, use_cache=False)[0].numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_returned_kv_cache_object_asks_for_use_cache_false(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="use_cache=False"):
         dynamo_export(model=_build("llama"), export_path=tmp_path / "out", **_inputs(1, 4))

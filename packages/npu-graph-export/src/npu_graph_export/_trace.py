@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from torch.export import Dim, ExportedProgram
+from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
 from npu_graph_export.errors import (
     DataDependentControlFlowError,
@@ -262,7 +263,29 @@ def trace(
         except Exception as error:
             _refuse_aliased_inputs(model, args, kwargs, error)
             raise
-        return decomposed
+    if dynamic and not _any_dynamic_input(decomposed):
+        warnings.warn(
+            "dynamic=True, but the model fixes every input dimension (each one is used where "
+            "only its example size works), so the graph is static; check the example shapes",
+            UserWarning,
+            stacklevel=3,
+        )
+    return decomposed
+
+
+def _any_dynamic_input(program: ExportedProgram) -> bool:
+    """True when some user input has a dimension (or is an int) known only at run time."""
+    users = set(program.graph_signature.user_inputs)
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in users:
+            continue
+        value = node.meta.get("val")
+        if isinstance(value, torch.SymInt) and not is_concrete_int(value):
+            return True
+        if isinstance(value, torch.Tensor) and not all(is_concrete_int(d) for d in value.shape):
+            return True
+    # No tensor or int inputs at all: nothing could have been dynamic.
+    return not any(node.op == "placeholder" and node.name in users for node in program.graph.nodes)
 
 
 _TORCH_NOISE = r".*isinstance\(treespec, LeafSpec\)"
