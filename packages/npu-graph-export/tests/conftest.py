@@ -369,6 +369,9 @@ GE_OPS: dict[str, GeOp] = {
     ),  # selection_ops.h
     "Sub": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
     "Swish": GeOp(("x",), ("y",), {"scale": ("f", False)}),  # nonlinear_fuc_ops.h
+    "TensorScatterUpdate": GeOp(
+        ("x", "indices", "updates"), ("y",), {}
+    ),  # matrix_calculation_ops.h
     "Tanh": GeOp(("x",), ("y",), {}),  # nonlinear_fuc_ops.h
     "Transpose": GeOp(("x", "perm"), ("y",), {}),  # transformation_ops.h
     "Tril": GeOp(("x",), ("y",), {"diagonal": ("i", False)}),  # matrix_calculation_ops.h

@@ -173,6 +173,46 @@ def test_export_without_attention_mask(tmp_path: Path) -> None:
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_static_cache_decode_steps_update_ref_data_caches(
+    tmp_path: Path, ge_check: Callable[[ge.GraphDef], set[str]]
+) -> None:
+    from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+
+    def wrapped() -> torch.nn.Module:
+        model = _build("llama")
+        model.generation_config.use_cache = True
+        model.generation_config.cache_implementation = "static"
+        return TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=8)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dynamo_export(
+            model=wrapped(),
+            export_path=tmp_path,
+            input_ids=torch.tensor([[5]]),
+            cache_position=torch.tensor([0]),
+        )
+    graph = ge.ModelDef()
+    graph.ParseFromString((tmp_path / "export.air").read_bytes())
+    assert {"RefData", "Assign", "TensorScatterUpdate"} <= ge_check(graph.graph[0])
+    loaded = runtime.load(tmp_path)
+    names = [info.name for info in loaded.inputs]
+    assert names[:2] == ["input_ids", "cache_position"]
+    assert "b_key_cache_0" in names
+    # The caches are the caller's arrays, updated in place at every step.
+    state = [np.zeros(info.shape, info.numpy_dtype) for info in loaded.inputs[2:]]
+    eager = wrapped()
+    for step, token in enumerate([5, 17, 42]):
+        ids, position = np.array([[token]]), np.array([step])
+        (got,) = loaded.run(ids, position, *state)
+        with torch.no_grad():
+            expected = eager(input_ids=torch.tensor(ids), cache_position=torch.tensor(position))
+        np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-5)
+    keys = state[names.index("b_key_cache_0") - 2]
+    assert np.abs(keys[:, :, :3]).sum() > 0
+    assert not keys[:, :, 3:].any()
+
+
 def test_returned_kv_cache_object_asks_for_use_cache_false(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="use_cache=False"):
         dynamo_export(model=_build("llama"), export_path=tmp_path / "out", **_inputs(1, 4))

@@ -89,11 +89,17 @@ def convert(
     # Inputs the model writes in place (a KV cache): RefData inputs updated with Assign, as
     # TorchAir writes mutated inputs, so the device buffer itself receives the new values.
     mutated = set(signature.user_inputs_to_mutate.values())
+    # Buffers the model writes (a static KV cache registered as buffers) are state, which an
+    # offline graph keeps outside: they become RefData inputs after the user inputs.
+    mutated_buffers = set(signature.buffers_to_mutate.values())
     user_index = 0
+    state_inputs: list[fx.Node] = []
     for node in placeholders:
         spec = specs[node.name]
         value = node.meta.get("val")
-        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+        if spec.kind == InputKind.BUFFER and str(spec.target) in mutated_buffers:
+            state_inputs.append(node)
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
             tensor = state[str(spec.target)]
             tensor = tensor.detach() if isinstance(tensor, torch.Tensor) else tensor
             shape = tuple(tensor.shape)
@@ -128,6 +134,17 @@ def convert(
                 f"input {node.name!r} of kind {spec.kind.name} cannot be exported; export a "
                 "model whose inputs are tensors, parameters and buffers"
             )
+
+    for node in state_inputs:
+        value = node.meta["val"]
+        attrs = {"index": user_index}
+        ctx.env[node] = builder.add1(
+            "RefData", node.name, [], ge_dtype(value.dtype), static_shape(value), attrs
+        )
+        op = builder.graph.op[-1]
+        op.input_desc.add().CopyFrom(op.output_desc[0])
+        op.input_desc[0].name = "x"
+        user_index += 1
 
     outputs: list[Tensor] = []
     assigns: list[Tensor] = []
@@ -194,12 +211,17 @@ def _outputs(
     """The graph outputs, and one ``Assign`` per input the model updates in place."""
     results: list[Tensor] = []
     assigns: list[Tensor] = []
+    signature = program.graph_signature
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    buffers = {str(spec.target): spec.arg.name for spec in signature.input_specs if spec.target}
     values = node.args[0]
-    for spec, arg in zip(program.graph_signature.output_specs, values, strict=True):  # type: ignore[arg-type]
+    for spec, arg in zip(signature.output_specs, values, strict=True):  # type: ignore[arg-type]
         value = ctx.value(arg)
-        if spec.kind == OutputKind.USER_INPUT_MUTATION:
-            ref = ctx.env[placeholders[str(spec.target)]]
+        if spec.kind in (OutputKind.USER_INPUT_MUTATION, OutputKind.BUFFER_MUTATION):
+            name = str(spec.target)
+            if spec.kind == OutputKind.BUFFER_MUTATION:
+                name = buffers[name]
+            ref = ctx.env[placeholders[name]]
             ctx.node = arg if isinstance(arg, fx.Node) else node
             new = ctx.tensor(arg, ref.dtype)
             assigns.append(

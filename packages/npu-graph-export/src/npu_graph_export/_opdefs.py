@@ -142,6 +142,7 @@ OPS: dict[str, OpSpec] = {
     "GatherElements": OpSpec(("x", "index"), ("y",)),
     "IndexByTensor": OpSpec(("x", "indices*"), ("y",)),
     "Cumsum": OpSpec(("x", "axis"), ("y",)),
+    "TensorScatterUpdate": OpSpec(("x", "indices", "updates"), ("y",)),
     "StridedSliceV2": OpSpec(
         ("x", "begin", "end", "axes", "strides"), ("y",), frozenset({"axes", "strides"})
     ),
