@@ -330,12 +330,18 @@ class Model:
         for name in self._order:
             op = self._ops[name]
             args = [values[p][i] for p, i in self._edges[name] if i >= 0]
+            if op.type == "Assign" and self._ops[self._edges[name][0][0]].type == "RefData":
+                # Readers of a RefData get a snapshot (below); Assign writes the caller's array.
+                args[0] = by_name[self._edges[name][0][0]]
             if op.type == "NetOutput":
                 return [np.array(a, copy=True) for a in args]
             values[name] = self._execute(op, args, by_name)
         raise _bad(self.path, "NetOutput is unreachable")
 
     def _execute(self, op: ge.OpDef, args: list[Array], data: dict[str, Array]) -> list[Array]:
+        if op.type == "RefData":
+            # A snapshot, so that ops reading the old value are unaffected by the Assign.
+            return [np.array(data[op.name], copy=True)]
         if op.type in _INPUT_TYPES:
             return [data[op.name]]
         if op.type in {"Const", "FileConstant"}:
