@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from npu_mempool._device import default_device
+from npu_mempool._devices import default_device
 from npu_static_kernel._io import atomic_write_json
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -50,3 +50,22 @@ def test_seed_002_static_kernels_record_build_and_match_eager(
     # Both shapes got statistics (TorchAir records only the first; every shape is expected here).
     assert any("_2_" in p.name for p in jsons)
     assert any("_3_" in p.name for p in jsons)
+
+
+def test_seed_002_run_eagerly_still_builds_static_kernels(
+    device: torch.device, tmp_path: Path
+) -> None:
+    """``debug.run_eagerly`` runs the whole pipeline but the capture: static kernels included."""
+    config = npu_compile.CompilerConfig()
+    config.debug.run_eagerly = True
+    config.experimental_config.aclgraph._aclnn_static_shape_kernel = True
+    config.experimental_config.aclgraph._aclnn_static_shape_kernel_build_dir = str(tmp_path)
+    model = Model().to(device)
+    opt_model = torch.compile(model, backend=npu_compile.get_npu_backend(compiler_config=config))
+    with torch.no_grad(), npu_mempool.counters.expect(captures=0):
+        for _ in range(2):
+            x = torch.randn(2, 8, device=device)
+            torch.testing.assert_close(opt_model(x), model(x))
+    outputs = tmp_path / "aclnn_static_shape_kernel_outputs"
+    assert outputs.is_dir(), "run_eagerly skipped the static-kernel build"
+    assert list(outputs.rglob("*.json"))

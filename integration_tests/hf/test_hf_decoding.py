@@ -34,10 +34,11 @@ def _fallbacks(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "npu_compile"]
 
 
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+# dynamic=None is torch.compile's default (automatic dynamic after a recompile).
+@pytest.mark.parametrize("dynamic", [None, True], ids=["default", "dynamic"])
 @pytest.mark.parametrize("name", DECODERS)
 def test_generate_with_a_static_cache_matches_eager(
-    name: str, dynamic: bool, caplog: pytest.LogCaptureFixture
+    name: str, dynamic: bool | None, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = decoder(name)
     ids = prompt(1)
@@ -51,8 +52,8 @@ def test_generate_with_a_static_cache_matches_eager(
     assert replays > 0
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2", "gemma2"])
-def test_two_requests_with_their_own_caches_decoded_in_turn(name: str) -> None:
+@pytest.mark.parametrize("name", DECODERS)
+def test_two_static_cache_loops_decoded_in_turn(name: str) -> None:
     model = decoder(name)
     prompts = [prompt(2), prompt(3)]
     expected = [decode(model.forward, model, ids, TOKENS) for ids in prompts]

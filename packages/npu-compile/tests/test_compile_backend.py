@@ -1,5 +1,4 @@
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import npu_compile
@@ -24,13 +23,6 @@ class Cached(torch.nn.Module):
     def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         self.cache.index_copy_(0, pos, x)
         return self.proj(x) + self.cache.sum(0)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from npu_mempool import CaptureOptions, GraphRunner, InputKind, _device, _runner
+from npu_mempool import CaptureOptions, GraphRunner, InputKind, _devices, _runner
 
 
 class FakeGraph:
@@ -66,6 +66,8 @@ class FakeTorchNpu:
             graph=graph,
             graph_pool_handle=pool_handle,
             Stream=lambda device=None: fake.stream,
+            current_stream=lambda device=None: fake.stream,
+            set_stream=lambda stream: None,
             memory_reserved=lambda device=None: fake.reserved,
         )
         c = types.SimpleNamespace(
@@ -89,17 +91,17 @@ class FakeTorchNpu:
 def fake_npu(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTorchNpu]:
     fake = FakeTorchNpu()
     monkeypatch.setitem(sys.modules, "torch_npu", fake.module)
-    _device.backend_for.cache_clear()
-    backend = _device.backend_for("npu")
+    _devices.backend_for.cache_clear()
+    backend = _devices.backend_for("npu")
     # Drive CPU tensors through the NPU adapter: only the adapter's calls are under test.
     monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
     yield fake
-    _device.backend_for.cache_clear()
+    _devices.backend_for.cache_clear()
 
 
 def test_npu_without_accelerator_graph_uses_npugraph(fake_npu: FakeTorchNpu) -> None:
-    assert _device.graph_implementation("npu") == "torch_npu.npu.NPUGraph"
-    handle = _device.backend_for("npu").new_pool(torch.device("cpu"))
+    assert _devices.graph_implementation("npu") == "torch_npu.npu.NPUGraph"
+    handle = _devices.backend_for("npu").new_pool(torch.device("cpu"))
     assert handle._native == (7, 0)
     assert fake_npu.calls("graph_pool_handle") == [("graph_pool_handle",)]
 
@@ -209,7 +211,7 @@ def test_rewind_is_refused_when_the_pool_holds_unknown_memory(
 
 def test_unknown_device_type_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="'cpu' \\(emulated\\), 'cuda' and 'npu'"):
-        _device.backend_for("xla")
+        _devices.backend_for("xla")
 
 
 def test_importing_the_package_never_imports_torch_npu() -> None:
@@ -271,6 +273,8 @@ class FakeCudaGraphApi:
         monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: Graph())
         monkeypatch.setattr(torch.cuda, "graph", legacy)
         monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (3, 1))
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "caller-stream")
+        monkeypatch.setattr(torch.cuda, "set_stream", lambda s: api.log.append(("set_stream", s)))
         monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: list(api.segments))
         monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
         monkeypatch.setattr(
@@ -293,7 +297,7 @@ class FakeCudaGraphApi:
 @pytest.mark.parametrize("accelerator_graph", [True, False])
 def test_cuda_adapter_contract(monkeypatch: pytest.MonkeyPatch, accelerator_graph: bool) -> None:
     api = FakeCudaGraphApi(monkeypatch)
-    backend = _device.DeviceBackend(_device._Cuda(), accelerator_graph=accelerator_graph)
+    backend = _devices.DeviceBackend(_devices.Cuda(), accelerator_graph=accelerator_graph)
     monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
     expected = "torch.accelerator.Graph" if accelerator_graph else "torch.cuda.CUDAGraph"
     assert backend.name == expected
@@ -320,17 +324,17 @@ def test_cuda_adapter_contract(monkeypatch: pytest.MonkeyPatch, accelerator_grap
 def test_cuda_picks_accelerator_graph_only_where_torch_has_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _device.backend_for.cache_clear()
+    _devices.backend_for.cache_clear()
     try:
         has_it = hasattr(torch.accelerator, "Graph")
-        assert _device.has_accelerator_graph() is has_it
+        assert _devices.has_accelerator_graph() is has_it
         expected = "torch.accelerator.Graph" if has_it else "torch.cuda.CUDAGraph"
-        assert _device.graph_implementation("cuda") == expected
-        _device.backend_for.cache_clear()
+        assert _devices.graph_implementation("cuda") == expected
+        _devices.backend_for.cache_clear()
         monkeypatch.delattr(torch.accelerator, "Graph", raising=False)
-        assert _device.graph_implementation("cuda:0") == "torch.cuda.CUDAGraph"
+        assert _devices.graph_implementation("cuda:0") == "torch.cuda.CUDAGraph"
     finally:
-        _device.backend_for.cache_clear()
+        _devices.backend_for.cache_clear()
 
 
 def test_the_empty_checkpoint_capture_does_not_warn(
@@ -384,7 +388,7 @@ def test_library_workspaces_are_dropped_around_each_capture(
     # A cuBLAS workspace allocated during a capture would stay allocated in the graph pool and
     # make every later rewind refuse (mode 2 silently off); CUDA Graph Trees drop them too.
     events: list[str] = []
-    monkeypatch.setattr(_device._Npu, "drop_library_workspaces", lambda self: events.append("drop"))
+    monkeypatch.setattr(_devices.Npu, "drop_library_workspaces", lambda self: events.append("drop"))
 
     def fn(x: torch.Tensor) -> torch.Tensor:
         events.append("body")
@@ -401,5 +405,55 @@ def test_cuda_drops_the_cublas_workspaces(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(
         torch._C, "_cuda_clearCublasWorkspaces", lambda: calls.append(True), raising=False
     )
-    _device._Cuda().drop_library_workspaces()
+    _devices.Cuda().drop_library_workspaces()
     assert calls == [True]
+
+
+def test_a_failed_cuda_capture_restores_the_stream_and_leaves_its_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = FakeCudaGraphApi(monkeypatch)
+    handles = iter([(3, 1), (3, 2)])
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: next(handles))
+    for hook in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
+        monkeypatch.setattr(
+            torch._C, hook, lambda i, p, hook=hook: api.log.append((hook, p)), raising=False
+        )
+    backend = _devices.DeviceBackend(_devices.Cuda(), accelerator_graph=False)
+    monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == 8:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return x * 2
+
+    runner = GraphRunner(fn, options=CaptureOptions(warmup_runs=0))
+    runner(torch.ones(4))
+    with pytest.raises(RuntimeError, match="capturing"):
+        runner(torch.ones(8))  # the failed key runs eagerly, which raises the same way
+    assert ("set_stream", "caller-stream") in api.log
+    assert ("_cuda_endAllocateToPool", (3, 1)) in api.log
+    runner(torch.ones(2))  # a later key captures into a fresh pool
+    pools = [entry[1] for entry in api.log if entry[0] == "cuda.graph"]
+    assert pools[-1] == (3, 2)
+
+
+def test_empty_and_host_outputs_are_not_pool_memory_for_the_rewind_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = FakeCudaGraphApi(monkeypatch)
+    backend = _devices.DeviceBackend(_devices.Cuda(), accelerator_graph=False)
+    monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
+    # Tensors stand in for CUDA ones here: mark the pool as a CPU one so the device check passes.
+    monkeypatch.setattr(
+        backend, "new_pool", lambda device: _devices.PoolHandle(torch.device("cpu"), (3, 1))
+    )
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * 2, x[:0] + 1  # the second output holds no memory
+
+    runner = GraphRunner(fn, options=CaptureOptions(warmup_runs=0))
+    runner(torch.ones(4))
+    runner(torch.ones(8))
+    # Only the non-empty output (and the static input) are offered to the live-allocation check.
+    assert ("check", 2) in api.log

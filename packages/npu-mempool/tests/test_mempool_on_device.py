@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from npu_mempool import CaptureOptions, GraphRunner, InputKind, _device
+from npu_mempool import CaptureOptions, GraphRunner, InputKind, _devices
 
 pytestmark = pytest.mark.device
 
@@ -19,7 +19,7 @@ CAPTURE_NOW = CaptureOptions(warmup_runs=0)
 
 @pytest.fixture
 def device() -> torch.device:
-    device = _device.default_device()
+    device = _devices.default_device()
     # cuBLAS and friends initialise on first use, which must not happen inside a capture.
     x = torch.randn(8, 8, device=device)
     block(x, x)
@@ -32,7 +32,7 @@ def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def test_uses_a_real_graph(device: torch.device) -> None:
-    assert _device.graph_implementation(device) != "cpu-emulated"
+    assert _devices.graph_implementation(device) != "cpu-emulated"
 
 
 def test_numbers_equal_eager_across_shapes_and_calls(device: torch.device) -> None:

@@ -282,7 +282,7 @@ def test_warmup_runs_are_eager_then_the_key_is_captured() -> None:
 
 
 def test_warmup_default_follows_the_device() -> None:
-    from npu_mempool._device import backend_for
+    from npu_mempool._devices import backend_for
 
     # CUDA libraries initialise lazily (cuBLAS) and must not do it inside a capture.
     assert backend_for("cuda").default_warmup_runs == 1
@@ -510,3 +510,31 @@ def test_a_graph_returning_its_cache_does_not_pin_replaced_caches() -> None:
     runner(torch.ones(2, 2), torch.zeros(2, 2))
     assert gone() is None
     assert runner.num_graphs == 1
+
+
+def test_a_value_that_changes_every_call_stops_capturing_with_one_warning() -> None:
+    def shifted(x: torch.Tensor, offset: int) -> torch.Tensor:
+        return x + offset
+
+    runner = GraphRunner(shifted, input_kinds=[U, U], name="shifted")
+    xs = [torch.randn(3) for _ in range(20)]
+    with pytest.warns(npu_mempool.CaptureChurnWarning, match=r"argument\(s\) \[1\]") as record:
+        outs = [runner(x, step).clone() for step, x in enumerate(xs)]
+    assert len(record) == 1
+    for step, (x, out) in enumerate(zip(xs, outs, strict=True)):
+        torch.testing.assert_close(out, x + step)
+    assert runner.counters.captures == npu_mempool._runner.CHURN_LIMIT
+    assert runner.num_graphs == 0
+    assert runner.counters.eager_calls == 20 - npu_mempool._runner.CHURN_LIMIT
+
+
+def test_values_that_repeat_are_not_churn() -> None:
+    def shifted(x: torch.Tensor, offset: int) -> torch.Tensor:
+        return x + offset
+
+    runner = GraphRunner(shifted, input_kinds=[U, U])
+    for step in range(40):
+        x = torch.randn(3)
+        torch.testing.assert_close(runner(x, step % 4), x + step % 4)
+    assert runner.counters.captures == 4
+    assert runner.counters.replays == 36

@@ -19,6 +19,7 @@ from npu_static_kernel import (
     BuildError,
     BuildRequest,
     CacheError,
+    CacheFallbackWarning,
     ConfigError,
     InductorBuilder,
     StaticKernelBuilder,
@@ -126,14 +127,14 @@ def test_damaged_entry_is_rebuilt_and_damaged_index_is_recovered(tmp_path: Path)
 
 def test_lock_held_by_another_process_times_out(tmp_path: Path) -> None:
     cache = ArtifactCache(tmp_path)
-    with cache.key_lock("abc"):  # creates the lock directory
+    with cache.key_lock("ab" * 32):  # creates the lock directory
         pass
     holder = (
         "import filelock, sys\n"
         "lock = filelock.FileLock(sys.argv[1]); lock.acquire()\n"
         "print('held', flush=True); sys.stdin.read()\n"
     )
-    lock_file = cache.root / "locks" / "abc.lock"
+    lock_file = cache.root / "locks" / f"{'ab' * 32}.lock"
     with subprocess.Popen(
         [sys.executable, "-c", holder, str(lock_file)],
         stdin=subprocess.PIPE,
@@ -144,11 +145,11 @@ def test_lock_held_by_another_process_times_out(tmp_path: Path) -> None:
         assert proc.stdout.readline() == "held\n"
         with (
             pytest.raises(CacheError, match="another process holds the build lock"),
-            cache.key_lock("abc", timeout=0),
+            cache.key_lock("ab" * 32, timeout=0),
         ):
             pass
         proc.communicate("")
-    with cache.key_lock("abc", timeout=0):  # released when the holder exits
+    with cache.key_lock("ab" * 32, timeout=0):  # released when the holder exits
         pass
     assert issubclass(CacheError, OSError)
 
@@ -326,13 +327,18 @@ def test_per_device_follower_builds_its_own_artifact(
 
 
 def test_unwritable_build_dir_falls_back_with_a_clear_reason(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")
+    # Neither the build directory nor the fallback for read-only build directories is usable.
+    monkeypatch.setenv("NPU_STATIC_KERNEL_FALLBACK_DIR", str(not_a_dir))
     builder = FileBuilder()
     compiler = StaticKernelCompiler(not_a_dir, builder=builder)
-    with caplog.at_level(logging.WARNING, logger="npu_static_kernel"):
+    with (
+        caplog.at_level(logging.WARNING, logger="npu_static_kernel"),
+        pytest.warns(CacheFallbackWarning, match="not writable"),
+    ):
         assert compiler.compile_static(GM, [torch.ones(3), 2]) == GM.forward
     assert compiler.counters.fallbacks == 1
     assert "cannot write op statistics" in caplog.text
@@ -407,3 +413,35 @@ def test_listing_creates_nothing(tmp_path: Path) -> None:
     assert cli_main(["list", "--build-dir", str(tmp_path)]) == 0
     assert not (cache.root / "locks").exists()
     assert not (cache.root / "index.json.lock").exists()
+
+
+class OnceUnloadableBuilder(FileBuilder):
+    """Its artifacts verify (files intact) but the first load fails, as after a toolchain change."""
+
+    name = "once-unloadable"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads = 0
+
+    def load(self, artifact_dir: Path, request: BuildRequest) -> Callable[..., Any]:
+        self.loads += 1
+        if self.loads == 1:
+            raise CacheError("the artifact was made by another toolchain")
+        return super().load(artifact_dir, request)
+
+
+def test_verified_artifact_that_fails_to_load_is_discarded_and_rebuilt_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    args = [torch.ones(3), 2]
+    StaticKernelCompiler(tmp_path, builder=FileBuilder(), strict=True).compile_static(GM, args)
+    builder = OnceUnloadableBuilder()
+    builder_key = compute_key(GM, args, builder)
+    compiler = StaticKernelCompiler(tmp_path, builder=builder, strict=True)
+    with caplog.at_level(logging.WARNING, logger="npu_static_kernel"):
+        fn = compiler.compile_static(GM, args)  # builds, the load fails, rebuilds, loads
+    assert fn(torch.ones(3), 2)[0].tolist() == [2.0, 2.0, 2.0]
+    assert builder.built == [builder_key, builder_key]
+    assert caplog.text.count("discarding the unreadable artifact") == 1
+    assert (compiler.counters.loads, compiler.counters.fallbacks) == (1, 0)

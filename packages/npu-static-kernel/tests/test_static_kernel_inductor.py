@@ -83,13 +83,21 @@ def test_recording_runs_on_copies_of_mutated_inputs(built: Built) -> None:
     assert any(name.startswith("ViewCopy_float_ND_4_8_") for name in stats.selected)
 
 
-def test_artifact_is_one_portable_inductor_file(built: Built) -> None:
+def test_artifact_carries_the_compiled_kernels(built: Built) -> None:
     key = compute_key(built.gm, built.args, InductorBuilder())
     path = ArtifactCache(built.build_dir).lookup(key)
     assert path is not None
-    assert sorted(p.name for p in path.iterdir()) == ["inductor_artifact.bin", "meta.json"]
+    assert sorted(p.name for p in path.iterdir()) == [
+        "inductor_artifact.bin",
+        "inductor_cache",
+        "meta.json",
+    ]
     meta = json.loads((path / "meta.json").read_text())
     assert meta["builder"] == "inductor"
+    # Every file is hashed, and the C++ kernels Inductor compiled travel with the artifact.
+    assert "inductor_artifact.bin" in meta["files"]
+    assert any(name.endswith(".so") for name in meta["files"])
+    assert not any(name.startswith("inductor_cache/locks/") for name in meta["files"])
     assert meta["inputs"] == [
         "float32[4, 8]",
         "float32[4, 16]",
@@ -105,6 +113,35 @@ def test_second_compiler_loads_without_building(built: Built) -> None:
     assert (other.counters.builds, other.counters.hits, other.counters.loads) == (0, 1, 1)
     args = clone(built.args)
     torch.testing.assert_close(fn(*args), built.gm(*clone(built.args)))
+
+
+def test_copied_cache_loads_with_an_empty_inductor_cache_without_compiling(
+    built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build directory copied to another machine (another path, empty Inductor cache)."""
+    from npu_static_kernel import _inductor
+    from torch._inductor.utils import clear_caches
+
+    copy = tmp_path / "image" / "build"
+    shutil.copytree(built.build_dir, copy)
+    empty = tmp_path / "empty-inductor-cache"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(empty))
+    clear_caches()  # forget the kernels this process already loaded
+    other = StaticKernelCompiler(copy, strict=True)
+    fn = other.compile_static(built.gm, built.args)
+    assert (other.counters.builds, other.counters.hits, other.counters.loads) == (0, 1, 1)
+    compiled_args, eager_args = clone(built.args), clone(built.args)
+    torch.testing.assert_close(fn(*compiled_args), built.gm(*eager_args))
+    torch.testing.assert_close(compiled_args[0], eager_args[0])
+    # Nothing was compiled: no kernel appeared in the process's Inductor cache, and the private
+    # copy the artifact was loaded from holds exactly the kernels the artifact carried.
+    assert not [p for p in empty.rglob("*") if p.suffix in (".so", ".cpp")]
+    key = compute_key(built.gm, built.args, InductorBuilder())
+    carried = {p.name for p in (copy / "static_kernel_cache" / "entries" / key).rglob("*.so")}
+    assert _inductor._load_root is not None
+    loaded = {p.name for p in _inductor._load_root.rglob("*.so")}
+    assert carried
+    assert loaded == carried
 
 
 def test_same_key_twice_returns_the_loaded_callable(built: Built) -> None:
@@ -196,3 +233,84 @@ def test_through_aot_autograd_like_the_backend(tmp_path: Path) -> None:
     assert compiler.counters.builds == 1
     assert compiler.counters.loads == 1
     torch._dynamo.reset()
+
+
+class _FakeArtifact:
+    def save(self, *, path: str, format: str) -> None:
+        Path(path).write_bytes(b"artifact")
+
+
+def _request() -> Any:
+    from npu_static_kernel import BuildRequest
+
+    gm = torch.fx.symbolic_trace(graph_fn)
+    return BuildRequest(gm, make_args(2), None, "ab" * 32, "cpu")
+
+
+def test_standalone_compile_keywords_follow_the_installed_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch 2.11's standalone_compile has no donate_graph_module; 2.13's has."""
+    import torch._inductor as inductor
+
+    calls: list[Any] = []
+
+    def torch_2_11(
+        gm: Any, example_inputs: Any, *, dynamic_shapes: Any, options: Any, aot: bool = False
+    ) -> Any:
+        calls.append("2.11")
+        return _FakeArtifact()
+
+    def torch_2_13(
+        gm: Any,
+        example_inputs: Any,
+        *,
+        dynamic_shapes: Any,
+        options: Any,
+        aot: bool = False,
+        donate_graph_module: bool = False,
+    ) -> Any:
+        calls.append(("2.13", donate_graph_module))
+        return _FakeArtifact()
+
+    for fake in (torch_2_11, torch_2_13):
+        monkeypatch.setattr(inductor, "standalone_compile", fake)
+        out = tmp_path / fake.__name__
+        out.mkdir()
+        InductorBuilder().build(_request(), out)
+        assert (out / "inductor_artifact.bin").read_bytes() == b"artifact"
+    assert calls == ["2.11", ("2.13", True)]
+
+
+def test_build_without_inductor_cache_redirection_still_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A torch without temporary_cache_dir builds the plain artifact (no kernel bundle)."""
+    import torch._inductor as inductor
+    from npu_static_kernel import _inductor
+
+    monkeypatch.setattr(_inductor, "_cache_dir_context", lambda: None)
+    monkeypatch.setattr(
+        inductor, "standalone_compile", lambda gm, inputs, **kwargs: _FakeArtifact()
+    )
+    InductorBuilder().build(_request(), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inductor_artifact.bin"]
+
+
+def test_loading_skips_the_vector_isa_probe_only_while_it_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from npu_static_kernel import _inductor
+    from torch._inductor import cpu_vec_isa
+
+    def no_compiler(self: Any, code: str) -> bool:
+        raise AssertionError("the ISA probe compiled a test program")
+
+    monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build", no_compiler)
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    try:
+        with _inductor._trust_the_bundled_isa():
+            cpu_vec_isa.pick_vec_isa()  # what loading C++ kernels asks
+        assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 0  # not kept
+    finally:
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()

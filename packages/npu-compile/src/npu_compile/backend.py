@@ -15,12 +15,14 @@ from __future__ import annotations
 import itertools
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from npu_compile import _logs
+from npu_compile._tensorify import tensorify_int_inputs
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NpuCompileError
 
@@ -237,6 +239,7 @@ class NpuBackend:
             )
         self.config = (config or CompilerConfig()).copy()
         self.stats = BackendStats()
+        _logs.register()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, NpuBackend) and other.config == self.config
@@ -342,6 +345,26 @@ def _specializer(
     return specialize
 
 
+def _specialized_per_shape(
+    specialize: Callable[[object, Sequence[object]], Callable[..., Any]], forward: CompiledFn
+) -> CompiledFn:
+    """Call the shape-specialised callable for each call's shapes (``debug.run_eagerly``)."""
+    built: dict[Hashable, Callable[..., Any]] = {}
+
+    def call(*args: Any) -> Any:
+        key = tuple(
+            (a.shape, a.dtype, a.stride()) if isinstance(a, torch.Tensor) else (type(a), a)
+            for a in args
+        )
+        fn = built.get(key)
+        if fn is None:
+            fn = built[key] = specialize(key, args)
+        return fn(*args)
+
+    call.__name__ = call.__qualname__ = getattr(forward, "__name__", "forward")
+    return call
+
+
 def _compile(
     gm: torch.fx.GraphModule,
     example_inputs: list[object],
@@ -362,7 +385,10 @@ def _compile(
     grad_enabled = torch.is_grad_enabled()
     is_state = _input_kinds_from_sources(gm, example_inputs)
     n_dynamo_inputs = len(example_inputs)
-    device_type = next(iter(_devices(example_inputs)), "cpu")
+    device = next(
+        (x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu")
+    )
+    device_type = device.type
     dynamo_gm = gm
     built: dict[str, Any] = {}
 
@@ -392,15 +418,29 @@ def _compile(
             return forward
         if config.debug.run_eagerly:
             stats.eager += 1
+            specialize = _specializer(config, prepared)
+            if specialize is not None:
+                # The whole pipeline but the capture, as documented: static kernels included.
+                forward = _specialized_per_shape(specialize, forward)
             built["direct"] = forward
             built["bypass"] = meta is not None and _runner_is_whole_call(
                 meta, fw_gm, n_dynamo_inputs
             )
             return forward
         bypass = meta is not None and _runner_is_whole_call(meta, fw_gm, n_dynamo_inputs)
+        # Ints that decide no shape become device scalars: one graph for all their values.
+        tensorified = tensorify_int_inputs(prepared, example_inputs)
+        if tensorified is not None:
+            forward = _forward_of(prepared)
         specialize = _specializer(config, prepared)
         replayed = forward
-        if device_type == "cpu" and bypass and specialize is None and CPU_REPLAYS_DYNAMO_GRAPH:
+        if (
+            device_type == "cpu"
+            and bypass
+            and specialize is None
+            and tensorified is None
+            and CPU_REPLAYS_DYNAMO_GRAPH
+        ):
             # The CPU "graph" replays by re-running Python. Dynamo's graph calls the fast torch
             # bindings (one `linear` instead of ATen `t` + `addmm` overload calls), several µs
             # cheaper per step, with the same ops and the same in-place updates. With `bypass`
@@ -416,10 +456,13 @@ def _compile(
         )
         stats.captured += 1
         stats._add_runner(runner)
+        _report(name, kinds, tensorified, bypass, specialize is not None, prepared)
         # The runner as a plain function: what Dynamo calls on every step, so the cheapest form.
         # Inside AOT's wrapper (no bypass) the runner receives AOT's arguments, which Dynamo
         # does not guard, so nothing is marked guarded there.
         function = runner.as_function()
+        if tensorified is not None:
+            function = tensorified.wrap(function, device)
         built["direct"] = function
         built["bypass"] = bypass
         return function
@@ -447,6 +490,33 @@ def _compile(
         direct: CompiledFn = built["direct"]
         return direct
     return compiled
+
+
+def _report(
+    name: str,
+    kinds: Sequence[Any],
+    tensorified: Any,
+    bypass: bool,
+    static_kernels: bool,
+    prepared: torch.fx.GraphModule,
+) -> None:
+    counts = {kind: sum(1 for k in kinds if k is kind) for kind in dict.fromkeys(kinds)}
+    classes = ", ".join(f"{n} {kind.name.lower()}" for kind, n in counts.items())
+    logger.info(
+        "FX graph %s: %d inputs (%s) captured per graph key%s",
+        name,
+        len(kinds),
+        classes or "none",
+        " with static kernels" if static_kernels else "",
+    )
+    logger.debug(
+        "FX graph %s: input classes %s; ints passed as device scalars at %s; AOT wrapper %s",
+        name,
+        [kind.name for kind in kinds],
+        list(tensorified.inputs) if tensorified is not None else [],
+        "skipped" if bypass else "kept",
+    )
+    _logs.dump_graph(name, prepared)
 
 
 def get_npu_backend(*, compiler_config: CompilerConfig | None = None) -> NpuBackend:

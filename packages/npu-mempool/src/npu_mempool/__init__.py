@@ -9,12 +9,13 @@ inputs are copied into pool buffers (mode 3).
 from __future__ import annotations
 
 from npu_mempool._counters import Counters, counters
-from npu_mempool._device import graph_implementation, graph_pool_handle
+from npu_mempool._devices import graph_implementation, graph_pool_handle
 from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._pool import PoolHandle
 from npu_mempool._runner import GraphRunner
 from npu_mempool._version import __version__
 from npu_mempool.errors import (
+    CaptureChurnWarning,
     CaptureError,
     CaptureLimitWarning,
     InputLayoutError,
@@ -39,4 +40,5 @@ __all__ = [
     "OptionsError",
     "InputLayoutError",
     "CaptureLimitWarning",
+    "CaptureChurnWarning",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from npu_mempool._device import GraphBackend
+from npu_mempool._devices import GraphBackend
 from npu_mempool._entry import Entry, storage_ref
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions
@@ -73,9 +73,14 @@ def capture(
     caller_storages = {
         args[i].untyped_storage()._cdata for i in layout.tensors if static_args[i] is args[i]
     }
-    # Outputs in pool memory: they are what a later replay can overwrite.
+    # Outputs in pool memory: they are what a later replay can overwrite. Not: outputs of the
+    # caller's memory, empty ones (no allocation behind them) and tensors on another device (a
+    # constant): the allocator's live-allocation check before a rewind must see only pool blocks.
     owned = [
-        isinstance(leaf, torch.Tensor) and leaf.untyped_storage()._cdata not in caller_storages
+        isinstance(leaf, torch.Tensor)
+        and leaf.device.type == pool.device.type
+        and leaf.untyped_storage().nbytes() > 0
+        and leaf.untyped_storage()._cdata not in caller_storages
         for leaf in static_leaves
     ]
     if rewinds:

@@ -9,9 +9,10 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from npu_mempool._device import Graph
+from npu_mempool._devices import Graph
 from npu_mempool._outputs import Output, storage_uses
 from npu_mempool._pool import PoolHandle
+from npu_mempool._trace import profiled
 
 __all__ = ["Entry"]
 
@@ -89,10 +90,12 @@ class Entry:
 
     def replay(self, args: tuple[Any, ...]) -> Any:
         """Copy the inputs in, replay, and hand the outputs out."""
-        if self._user:
-            self._copy(self._dst, [args[i] for i in self._user])
-        self.graph.replay(args)
-        return self.hand_out()
+        with profiled("npu_mempool.replay"):
+            if self._user:
+                with profiled("npu_mempool.copy_inputs"):
+                    self._copy(self._dst, [args[i] for i in self._user])
+            self.graph.replay(args)
+            return self.hand_out()
 
     def hand_out(self) -> Any:
         """The outputs of the last replay, as the callable returned them."""

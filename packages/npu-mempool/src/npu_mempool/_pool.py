@@ -146,6 +146,8 @@ class PoolHandle:
         # Graphs of this pool whose outputs were handed out and may still be held: before a
         # replay or a rewind, their outputs' liveness decides whether the pool memory is free.
         self._lent: dict[int, Any] = {}
+        # A device capture into this pool failed: no further capture may use it.
+        self._broken = False
         _LIVE_POOLS.add(self)
 
     @property

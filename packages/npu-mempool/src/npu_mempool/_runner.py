@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Sequence
@@ -18,18 +19,29 @@ import torch
 
 from npu_mempool._capture import capture
 from npu_mempool._counters import Counters, counters
-from npu_mempool._device import GraphBackend, backend_for
+from npu_mempool._devices import GraphBackend, backend_for
 from npu_mempool._entry import Entry, pool_in_use
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._pool import PoolHandle
-from npu_mempool.errors import CaptureError, CaptureLimitWarning, InputLayoutError, OptionsError
+from npu_mempool._trace import profiled, trace_capture
+from npu_mempool.errors import (
+    CaptureChurnWarning,
+    CaptureError,
+    CaptureLimitWarning,
+    InputLayoutError,
+    OptionsError,
+)
 
 __all__ = ["GraphRunner"]
 
 log = logging.getLogger("npu_mempool")
 
 _LAYOUT_ERRORS = (AttributeError, IndexError, TypeError)
+
+#: New graphs in a row, with no replay between them, that differ only in non-tensor values: past
+#: this many, the value changes on every call and each capture is wasted work.
+CHURN_LIMIT = 8
 
 
 class _Path:
@@ -141,6 +153,8 @@ class GraphRunner:
         self._specialized: dict[Hashable, Callable[..., Any]] = {}
         self._warm: dict[Hashable, int] = {}
         self._failed: set[Hashable] = set()
+        # Non-tensor values of the new keys captured since the last replay (churn detection).
+        self._misses: list[tuple[Hashable, tuple[Any, ...]]] = []
         self._layout: Layout | None = None
         self._eager = False
 
@@ -223,6 +237,7 @@ class GraphRunner:
             if found is None:
                 return self._miss(path, key, args)
             if not found.in_use() and not pool_in_use(found.pool, but=found):
+                self._misses.clear()
                 self.counters.replays += 1
                 counters.replays += 1
                 return found.replay(args)
@@ -280,6 +295,8 @@ class GraphRunner:
             if seen < self._warmup_runs(args):
                 self._warm[key] = seen + 1
                 return self._eager_call(args)
+            if self._churning(args):
+                return self._give_up_churn(args)
         if self.num_graphs >= self._options.capture_limit:
             # Graphs captured for inputs that no longer exist free their place first.
             self._drop_dead(path, key)
@@ -296,19 +313,30 @@ class GraphRunner:
             fn = self._specialize(key, args) if self._specialize is not None else self._fn
             self._specialized[key] = fn
         self._rewind(path, pool, backend)
+        started = time.perf_counter()
         try:
-            entry = capture(
-                fn=fn,
-                key=key,
-                args=args,
-                layout=self._layout_checked(),
-                options=self._options,
-                pool=pool,
-                backend=backend,
-                rewinds=path.rewinds,
-            )
+            with profiled("npu_mempool.capture"):
+                entry = capture(
+                    fn=fn,
+                    key=key,
+                    args=args,
+                    layout=self._layout_checked(),
+                    options=self._options,
+                    pool=pool,
+                    backend=backend,
+                    rewinds=path.rewinds,
+                )
         except Exception as exc:
+            if pool._broken and path.pool is pool:
+                log.warning(
+                    "GraphRunner %r: a failed capture left its pool unusable; later graphs go "
+                    "into a new pool",
+                    self.name,
+                )
+                path.pool = None
+                path.rewinds = self._options.reuse_pool_across_shapes
             return self._capture_failed(key, args, exc)
+        self._report_capture(key, reason, time.perf_counter() - started, pool)
         if entries:
             # Graphs of MUTATED tensors that died (a replaced KV cache) can never be right again;
             # those of other live tensors or parameter sets stay as variants.
@@ -324,6 +352,64 @@ class GraphRunner:
         self.counters.replays += 1
         counters.replays += 1
         return entry.replay(args)
+
+    def _report_capture(
+        self, key: Hashable, reason: str | None, seconds: float, pool: PoolHandle
+    ) -> None:
+        path = next(i for i, p in enumerate(self._paths) if p.pool is pool) + 1
+        log.info(
+            "GraphRunner %r: captured a graph in %.3f s (%s), %d graph(s), pool %s",
+            self.name,
+            seconds,
+            reason or "new key",
+            self.num_graphs + 1,
+            _size(pool.nbytes),
+        )
+        log.debug("GraphRunner %r: key %r on call path %d", self.name, key, path)
+        trace_capture(
+            lambda: {
+                "runner": self.name,
+                "key": repr(key),
+                "reason": reason or "new_key",
+                "seconds": seconds,
+                "call_path": path,
+                "graphs": self.num_graphs,
+                "pool_bytes": pool.nbytes,
+            }
+        )
+
+    def _churning(self, args: tuple[Any, ...]) -> bool:
+        """Whether the last new keys differed only in a non-tensor value that keeps changing."""
+        layout = self._layout_checked()
+        tensors = tuple((args[i].shape, args[i].dtype) for i in layout.user + layout.mutated)
+        values = tuple(args[i] for i in layout.scalars)
+        if self._misses and self._misses[-1][0] != tensors:
+            self._misses.clear()
+        self._misses.append((tensors, values))
+        return len(self._misses) > CHURN_LIMIT
+
+    def _give_up_churn(self, args: tuple[Any, ...]) -> Any:
+        layout = self._layout_checked()
+        varying = [
+            i
+            for n, i in enumerate(layout.scalars)
+            if len({repr(values[n]) for _, values in self._misses}) > 1
+        ]
+        warnings.warn(
+            f"GraphRunner {self.name!r} captured {CHURN_LIMIT} graphs in a row that differ only "
+            f"in the value of argument(s) {varying} (ints that change on every call) and never "
+            "replayed one; it runs eagerly from now on. Pass such a value as a tensor, keep it "
+            "out of the compiled region, or let it decide nothing but arithmetic (npu_compile "
+            "then passes it to the graph as a device scalar).",
+            CaptureChurnWarning,
+            stacklevel=4,
+        )
+        self._misses.clear()
+        self._free_graphs()
+        self._eager = True
+        self.counters.fallbacks += 1
+        counters.fallbacks += 1
+        return self._eager_call(args)
 
     def _layout_checked(self) -> Layout:
         assert self._layout is not None
@@ -439,6 +525,14 @@ class GraphRunner:
         if path.pool is None:
             path.pool = backend.new_pool(device)
         return path.pool, backend
+
+
+def _size(nbytes: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if nbytes < 1024:
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024  # type: ignore[assignment]
+    return f"{nbytes:.2f} GiB"
 
 
 def _same_device(pool: torch.device, tensors: torch.device) -> bool:

@@ -16,6 +16,7 @@ __all__ = [
     "OptionsError",
     "InputLayoutError",
     "CaptureLimitWarning",
+    "CaptureChurnWarning",
 ]
 
 
@@ -57,3 +58,9 @@ class CaptureLimitWarning(UserWarning):
     """A runner reached its capture limit and now runs eagerly."""
 
     code: ClassVar[str] = "capture-limit"
+
+
+class CaptureChurnWarning(UserWarning):
+    """A runner captured a new graph on every call for a changing non-tensor value and gave up."""
+
+    code: ClassVar[str] = "capture-churn"

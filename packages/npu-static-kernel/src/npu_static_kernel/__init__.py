@@ -11,10 +11,12 @@ from __future__ import annotations
 from npu_static_kernel._ascend import AscendBuilder
 from npu_static_kernel._cache import ArtifactCache, CacheEntry
 from npu_static_kernel._compiler import (
+    FALLBACK_DIR_ENV,
     StaticKernelCompiler,
     StaticKernelCounters,
     compute_key,
     default_builder,
+    default_fallback_dir,
 )
 from npu_static_kernel._inductor import InductorBuilder
 from npu_static_kernel._interface import BuildRequest, StaticKernelBuilder
@@ -30,6 +32,7 @@ from npu_static_kernel._version import __version__
 from npu_static_kernel.errors import (
     BuildError,
     CacheError,
+    CacheFallbackWarning,
     ConfigError,
     NpuStaticKernelError,
     StaticKernelDisabledWarning,
@@ -41,6 +44,8 @@ __all__ = [
     "StaticKernelCompiler",
     "StaticKernelCounters",
     "compute_key",
+    "default_fallback_dir",
+    "FALLBACK_DIR_ENV",
     # op statistics
     "record_op_statistics",
     "OpStatisticsRecorder",
@@ -63,4 +68,5 @@ __all__ = [
     "CacheError",
     "ConfigError",
     "StaticKernelDisabledWarning",
+    "CacheFallbackWarning",
 ]

@@ -5,10 +5,13 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 import stat
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -16,12 +19,17 @@ from typing import Any, ClassVar
 
 from npu_static_kernel import _device
 from npu_static_kernel._interface import BuildRequest, StaticKernelBuilder
+from npu_static_kernel._io import atomic_write_json
 from npu_static_kernel._record import OpRecord, default_supports
 from npu_static_kernel.errors import BuildError
 
 __all__ = ["AscendBuilder"]
 
 UNINSTALL_RECORD = "uninstall.json"
+# The packages op_compiler writes: static_kernel_<datetime>.run.
+_RUN_NAME = re.compile(r"static_kernel_[0-9A-Za-z_]+\.run")
+
+logger = logging.getLogger("npu_static_kernel")
 
 # CANN's ASCEND_GLOBAL_LOG_LEVEL (0..3; 4 = off) to op_compiler's -l values.
 _LOG_LEVELS = {"0": "debug", "1": "info", "2": "warning", "3": "error"}
@@ -129,17 +137,20 @@ class AscendBuilder(StaticKernelBuilder):
             shutil.copy2(run, out_dir / run.name)
 
     def install(self, artifact_dir: Path) -> None:
-        """Execute every ``.run`` package of the artifact once in this process."""
-        uninstallers: list[str] = []
+        """Execute every ``.run`` package of the artifact once in this process.
+
+        The ``uninstall.sh`` scripts the packages created are recorded (path and SHA-256) in the
+        artifact's ``uninstall.json`` for :meth:`uninstall`.
+        """
+        installed: list[dict[str, str]] = []
+        runs: dict[str, str] = {}
         for run in sorted(artifact_dir.glob("static_kernel_*.run")):
             digest = hashlib.sha256(run.read_bytes()).hexdigest()
+            runs[run.name] = digest
             with _installed_lock:
                 if digest in _installed:
                     continue
-                run.chmod(run.stat().st_mode | stat.S_IXUSR)
-                result = subprocess.run(
-                    [str(run)], capture_output=True, text=True, check=False, cwd=artifact_dir
-                )
+                result = _execute(run, artifact_dir)
                 if result.returncode != 0:
                     tail = (result.stderr or result.stdout).strip()[-2000:]
                     raise BuildError(
@@ -147,9 +158,20 @@ class AscendBuilder(StaticKernelBuilder):
                         "check write access to the CANN opp directory (ASCEND_HOME_PATH)"
                     )
                 _installed.add(digest)
-            uninstallers += _find_uninstallers(run.stem)
-        if uninstallers:
-            _write_uninstall_record(artifact_dir, uninstallers)
+            for script in _find_uninstallers(run.stem):
+                installed.append({"path": script, "sha256": _sha256(Path(script))})
+        if installed:
+            _write_uninstall_record(artifact_dir, {"runs": runs, "scripts": installed})
+
+    @classmethod
+    def uninstall(cls, artifact_dir: Path) -> None:
+        """Run the ``uninstall.sh`` scripts that :meth:`install` recorded for this artifact.
+
+        A script runs only if it is where a ``.run`` package of this artifact puts its
+        uninstaller under the current ``ASCEND_HOME_PATH`` (recomputed, not read from the
+        record) and its SHA-256 still equals the one recorded at install time.
+        """
+        run_uninstallers(artifact_dir)
 
     def load(self, artifact_dir: Path, request: BuildRequest) -> Callable[..., Any]:
         """Let aclnn reselect kernels and return ``gm.forward`` (the kernels load at launch)."""
@@ -176,21 +198,78 @@ def _find_uninstallers(run_stem: str) -> list[str]:
     return sorted(glob.glob(os.path.join(pattern, "uninstall.sh")))
 
 
-def _write_uninstall_record(artifact_dir: Path, scripts: list[str]) -> None:
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _execute(run: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Execute a ``.run`` package; from a private executable copy if it cannot be made executable.
+
+    A cache baked into an image or mounted read-only cannot change the file mode.
+    """
+    try:
+        if not os.access(run, os.X_OK):
+            run.chmod(run.stat().st_mode | stat.S_IXUSR)
+        return subprocess.run([str(run)], capture_output=True, text=True, check=False, cwd=cwd)
+    except OSError:
+        with tempfile.TemporaryDirectory(prefix="npu-static-kernel-run-") as tmp:
+            copy = Path(tmp) / run.name
+            shutil.copyfile(run, copy)
+            copy.chmod(stat.S_IRWXU)
+            return subprocess.run([str(copy)], capture_output=True, text=True, check=False, cwd=cwd)
+
+
+def _write_uninstall_record(artifact_dir: Path, record: dict[str, Any]) -> None:
+    try:
+        atomic_write_json(artifact_dir / UNINSTALL_RECORD, record)
+    except OSError as exc:
+        # A read-only cache: the kernels are installed, only `clean` cannot undo it later.
+        logger.warning("cannot record the uninstall scripts in %s: %s", artifact_dir, exc)
+
+
+def _recorded_scripts(artifact_dir: Path) -> dict[str, str]:
+    """Recorded script path -> SHA-256, from a well-formed ``uninstall.json``; else empty."""
     path = artifact_dir / UNINSTALL_RECORD
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(scripts), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
+            return {}
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    scripts = record.get("scripts") if isinstance(record, dict) else None
+    if not isinstance(scripts, list):
+        return {}
+    found: dict[str, str] = {}
+    for item in scripts:
+        if isinstance(item, dict):
+            script, digest = item.get("path"), item.get("sha256")
+            if isinstance(script, str) and isinstance(digest, str):
+                found[script] = digest
+    return found
 
 
 def run_uninstallers(artifact_dir: Path) -> list[str]:
-    """Run the ``uninstall.sh`` scripts recorded for an artifact; return those that ran."""
-    path = artifact_dir / UNINSTALL_RECORD
-    if not path.is_file():
+    """Run the verified ``uninstall.sh`` scripts of an artifact; return those that ran.
+
+    Only scripts this package's install step recorded, found again now at the location a
+    ``.run`` package of the artifact installs to, and unchanged since (same SHA-256), run.
+    """
+    recorded = _recorded_scripts(artifact_dir)
+    if not recorded:
         return []
     ran: list[str] = []
-    for script in json.loads(path.read_text(encoding="utf-8")):
-        if os.path.isfile(script):
+    for run in sorted(artifact_dir.glob("static_kernel_*.run")):
+        if run.is_symlink() or _RUN_NAME.fullmatch(run.name) is None:
+            continue
+        for script in _find_uninstallers(run.stem):
+            expected = recorded.get(script)
+            try:
+                if expected is None or Path(script).is_symlink():
+                    continue
+                if _sha256(Path(script)) != expected:
+                    continue
+            except OSError:
+                continue
             subprocess.run(["bash", script], check=False, capture_output=True)
             ran.append(script)
     return ran

@@ -10,6 +10,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,18 +24,45 @@ from npu_static_kernel._version import __version__
 from npu_static_kernel.errors import (
     BuildError,
     CacheError,
+    CacheFallbackWarning,
     ConfigError,
     NpuStaticKernelError,
     StaticKernelDisabledWarning,
 )
 
-__all__ = ["StaticKernelCompiler", "StaticKernelCounters", "compute_key", "default_builder"]
+__all__ = [
+    "FALLBACK_DIR_ENV",
+    "StaticKernelCompiler",
+    "StaticKernelCounters",
+    "compute_key",
+    "default_builder",
+    "default_fallback_dir",
+]
 
 logger = logging.getLogger("npu_static_kernel")
 
 # Graph constants up to this many elements are hashed by value (they may be baked into compiled
 # code); larger ones by metadata only, to keep hashing cheap.
 _HASHED_CONSTANT_NUMEL = 1 << 16
+
+FALLBACK_DIR_ENV = "NPU_STATIC_KERNEL_FALLBACK_DIR"
+
+# (build dir, fallback dir) pairs already warned about in this process: one warning each.
+_warned_read_only: set[tuple[Path, Path]] = set()
+
+
+def default_fallback_dir() -> Path:
+    """Where to build when the build directory is read-only.
+
+    Returns:
+        ``$NPU_STATIC_KERNEL_FALLBACK_DIR`` if set, else ``$XDG_CACHE_HOME/npu_static_kernel``
+        (``~/.cache/npu_static_kernel`` without ``XDG_CACHE_HOME``).
+    """
+    configured = os.environ.get(FALLBACK_DIR_ENV)
+    if configured:
+        return path_of(configured).absolute()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return path_of(base).absolute() / "npu_static_kernel"
 
 
 @dataclass
@@ -227,9 +255,16 @@ class StaticKernelCompiler:
     of the world size, a :class:`StaticKernelDisabledWarning` is issued once and graphs run
     without static kernels (``strict``: a bad value raises :class:`ConfigError`).
 
+    A build directory this process cannot write to (baked into an image, mounted read-only) is
+    still read: artifacts found there are verified and loaded, and anything new is recorded and
+    built in the fallback directory instead, with one :class:`CacheFallbackWarning`.
+
     Args:
         build_dir: Where op statistics (``aclnn_static_shape_kernel_outputs``) and the artifact
             cache (``static_kernel_cache``) live; defaults to the current directory.
+        fallback_dir: Where to record and build when ``build_dir`` is not writable; default:
+            ``$NPU_STATIC_KERNEL_FALLBACK_DIR``, else ``$XDG_CACHE_HOME/npu_static_kernel``
+            (``~/.cache/npu_static_kernel``).
         builder: The builder; default: :class:`AscendBuilder` on ``npu``, :class:`InductorBuilder`
             on ``cuda``/``cpu`` (chosen from the first tensor argument).
         strict: Raise build errors, and a bad ``LOCAL_WORLD_SIZE``, instead of warning once
@@ -247,11 +282,19 @@ class StaticKernelCompiler:
         *,
         builder: StaticKernelBuilder | None = None,
         strict: bool = False,
+        fallback_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.build_dir = path_of(build_dir).absolute()
         self.builder = builder
         self.strict = strict
         self.cache = ArtifactCache(self.build_dir)
+        self._fallback_dir = path_of(fallback_dir).absolute() if fallback_dir is not None else None
+        # Decided on first use: where statistics and new artifacts go, and the caches searched.
+        self._write_dir: Path | None = None
+        self._write_cache = self.cache
+        self._caches: list[ArtifactCache] = [self.cache]
+        # (cache root, key) of artifacts that failed verification: warned about once, skipped.
+        self._rejected: set[tuple[Path, str]] = set()
         self.counters = StaticKernelCounters()
         self.last_statistics: OpStatistics | None = None
         self._enabled = True
@@ -325,17 +368,18 @@ class StaticKernelCompiler:
             protected = _protected_args(gm, args)
             failure: NpuStaticKernelError | None = None
             statistics: OpStatistics | None = None
+            write_dir = self._choose_write_dir()
             try:
                 statistics = record_op_statistics(
                     gm,
                     *protected,
-                    build_dir=self.build_dir,
+                    build_dir=write_dir,
                     supports=builder.supports_op,
                 )
             except OSError as exc:
                 # Still meet the node's barrier below: the other processes wait there.
                 failure = CacheError(
-                    f"cannot write op statistics under {self.build_dir} ({exc}); pass a "
+                    f"cannot write op statistics under {write_dir} ({exc}); pass a "
                     "writable directory as the build directory"
                 )
             else:
@@ -352,8 +396,8 @@ class StaticKernelCompiler:
                     failure = exc
                 except OSError as exc:  # disk full, permissions: the cache could not be written
                     failure = CacheError(
-                        f"cannot write the static kernel cache in {self.cache.root} ({exc}); free "
-                        "space or pass a writable build directory"
+                        f"cannot write the static kernel cache in {self._write_cache.root} "
+                        f"({exc}); free space or pass a writable build directory"
                     )
                 finally:
                     role.barrier()
@@ -361,7 +405,7 @@ class StaticKernelCompiler:
                 role.barrier()
             if failure is not None:
                 return self._fallback(gm, failure)
-            path = self.cache.lookup(key)
+            path = self._locate(key)
             if path is None:
                 return self._fallback(
                     gm,
@@ -376,18 +420,19 @@ class StaticKernelCompiler:
                 if role.local_world_size > 1:
                     return self._fallback(gm, exc)
                 # Alone on the node: a damaged artifact (truncated copy, disk error) is replaced.
-                logger.warning(
-                    "discarding the unreadable artifact %s, building it again: %s", key[:12], exc
-                )
+                self._reject(path, key, exc)
                 try:
-                    self.cache.remove(key)
                     self._build_or_find(request, builder)
-                    path = self.cache.lookup(key)
+                    path = self._locate(key)
                     if path is None:
                         raise exc
                     fn = builder.load(path, request)
                 except NpuStaticKernelError as again:
                     return self._fallback(gm, again)
+                except OSError as again:
+                    return self._fallback(
+                        gm, CacheError(f"cannot rebuild the artifact {key[:12]} ({again})")
+                    )
             except NpuStaticKernelError as exc:
                 return self._fallback(gm, exc)
             if fn != gm.forward:
@@ -408,15 +453,87 @@ class StaticKernelCompiler:
             self._loaded[key] = fn
             return fn
 
+    def _choose_write_dir(self) -> Path:
+        """Return the directory for statistics and new artifacts (decided once per compiler)."""
+        if self._write_dir is not None:
+            return self._write_dir
+        if self.cache.writable():
+            self._write_dir = self.build_dir
+            return self._write_dir
+        fallback = self._fallback_dir or default_fallback_dir()
+        self._write_dir = fallback
+        self._write_cache = ArtifactCache(fallback)
+        self._caches = [self.cache, self._write_cache]
+        if (self.build_dir, fallback) not in _warned_read_only:
+            _warned_read_only.add((self.build_dir, fallback))
+            warnings.warn(
+                f"the static kernel cache in {self.build_dir} is not writable: artifacts found "
+                f"there are used, new ones are built in {fallback} (choose another place with "
+                f"fallback_dir= or {FALLBACK_DIR_ENV})",
+                CacheFallbackWarning,
+                stacklevel=4,
+            )
+        return fallback
+
+    def _reject(self, path: Path, key: str, error: NpuStaticKernelError) -> None:
+        """Skip ``key`` in the cache holding ``path`` from now on; warn once; discard if ours."""
+        for cache in self._caches:
+            if path == cache.entry_dir(key) and (cache.root, key) not in self._rejected:
+                logger.warning(
+                    "discarding the unreadable artifact %s, building it again: %s", key[:12], error
+                )
+                if cache is self._write_cache:
+                    with cache.key_lock(key):
+                        if cache.lookup(key) == path:
+                            cache.discard(key)
+                else:
+                    self._rejected.add((cache.root, key))
+
+    def _verified(self, cache: ArtifactCache, key: str) -> Path | None:
+        """The artifact of ``key`` in ``cache`` if its files match their hashes, else None."""
+        if (cache.root, key) in self._rejected or cache.lookup(key) is None:
+            return None
+        try:
+            return cache.verify(key)
+        except CacheError as exc:
+            logger.warning(
+                "discarding the unreadable artifact %s, building it again: %s", key[:12], exc
+            )
+            self._rejected.add((cache.root, key))
+            return None
+
+    def _locate(self, key: str) -> Path | None:
+        """The first verified artifact of ``key`` in the searched caches."""
+        for cache in self._caches:
+            path = self._verified(cache, key)
+            if path is not None:
+                return path
+        return None
+
     def _build_or_find(self, request: BuildRequest, builder: StaticKernelBuilder) -> None:
         key = request.key
-        with self.cache.key_lock(key):
-            path = self.cache.lookup(key)
+        cache = self._write_cache
+        for other in self._caches:
+            if other is not cache:
+                found = self._verified(other, key)
+                if found is not None:
+                    # A read-only cache: committed entries never change, so no lock is needed.
+                    self.counters.hits += 1
+                    builder.install(found)
+                    self.counters.installs += 1
+                    return
+        with cache.key_lock(key):
+            # The artifact may have failed verification before we held the lock: look again.
+            self._rejected.discard((cache.root, key))
+            path = self._verified(cache, key)
             if path is None:
-                stale = self.cache.discard_stale(key)
+                if cache.lookup(key) is not None or cache.entry_dir(key).exists():
+                    cache.discard(key)
+                self._rejected.discard((cache.root, key))
+                stale = cache.discard_stale(key)
                 if stale:
                     logger.info("discarded %d unfinished build(s) of %s", len(stale), key[:12])
-                staging = self.cache.staging(key)
+                staging = cache.staging(key)
                 try:
                     _in_fresh_thread(request.device_type, builder.build, request, staging)
                     entry = CacheEntry(
@@ -430,10 +547,10 @@ class StaticKernelCompiler:
                         if request.statistics is not None
                         else {},
                     )
-                    path = self.cache.commit(entry, staging)
+                    path = cache.commit(entry, staging)
                 except BaseException:
                     # The staging directory is all a failed build wrote: nothing half-done stays.
-                    self.cache.discard_stale(key)
+                    cache.discard_stale(key)
                     raise
                 self.counters.builds += 1
                 logger.info("built static kernels %s for %s", key[:12], entry.inputs)

@@ -2,28 +2,141 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import inspect
 import json
-from collections.abc import Callable, Mapping
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
+from npu_static_kernel._cache import META, file_digest, safe_relative
 from npu_static_kernel._interface import BuildRequest, StaticKernelBuilder
 from npu_static_kernel.errors import BuildError, CacheError
 
 __all__ = ["InductorBuilder"]
 
 _ARTIFACT = "inductor_artifact.bin"
+# Inductor's cache directory as the build left it: generated code and the compiled kernels
+# (``.so`` on CPU). Loading with it skips every C++/Triton compile on a machine whose own
+# Inductor cache is empty; the binary artifact alone only carries the graph-level cache entries.
+_BUNDLE = "inductor_cache"
+# Inductor writes these while it works; they are not part of the artifact.
+_BUNDLE_SKIP = ("locks",)
+
+_load_root: Path | None = None
+_load_root_lock = threading.Lock()
+
+
+def _standalone_compile_options(compile_fn: Callable[..., Any]) -> dict[str, Any]:
+    """Keyword arguments this torch's ``standalone_compile`` accepts beyond the common ones.
+
+    ``donate_graph_module`` (skip Inductor's copy of the graph, which is ours to give away)
+    appeared in torch 2.13; torch 2.11 rejects the keyword.
+    """
+    try:
+        parameters = inspect.signature(compile_fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"donate_graph_module": True} if "donate_graph_module" in parameters else {}
+
+
+def _cache_dir_context() -> Callable[[str], contextlib.AbstractContextManager[Any]] | None:
+    """Inductor's ``temporary_cache_dir`` if this torch has it (None: build without a bundle)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+    except ImportError:
+        return None
+    return temporary_cache_dir
+
+
+def _private_load_dir() -> Path:
+    """A fresh directory for one load, under a per-process root removed at exit."""
+    global _load_root
+    with _load_root_lock:
+        if _load_root is None:
+            _load_root = Path(tempfile.mkdtemp(prefix="npu-static-kernel-inductor-"))
+            atexit.register(shutil.rmtree, _load_root, True)
+        return Path(tempfile.mkdtemp(dir=_load_root))
+
+
+def _copy_bundle(artifact_dir: Path, target: Path) -> None:
+    """Copy the verified bundle files (those listed in meta.json) into ``target``.
+
+    Only listed files are copied and each copy is hashed again, so nothing planted next to the
+    artifact or changed after verification reaches Inductor's cache.
+    """
+    meta = json.loads((artifact_dir / META).read_text(encoding="utf-8"))
+    files = meta.get("files", {}) if isinstance(meta, dict) else {}
+    for name, expected in files.items():
+        relative = safe_relative(name)
+        if relative is None or relative.parts[0] != _BUNDLE or len(relative.parts) < 2:
+            continue
+        destination = target.joinpath(*relative.parts[1:])
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(artifact_dir / relative, destination)
+        if file_digest(destination) != (expected.get("sha256"), expected.get("size")):
+            raise CacheError(f"{name} changed while the artifact was loaded")
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+@contextlib.contextmanager
+def _trust_the_bundled_isa() -> Iterator[None]:
+    """Skip Inductor's CPU vector-ISA probe while loading a bundled artifact.
+
+    Before loading C++ kernels, Inductor proves each candidate ISA by compiling a test program
+    and loading it in a new Python process (about a second, and it fails on a machine without a
+    C++ compiler, which then misses the bundled kernels). The artifact's key already pins the
+    CPU capability, and the bundled kernels were compiled for the ISA picked at build time, so
+    the CPU's advertised ISAs are taken as they are for this load only; the probe result is not
+    kept, so later compiles in this process probe as usual. A user setting
+    (``cpp.vec_isa_ok``) or an ISA list this process already probed is left alone.
+    """
+    try:
+        from torch._inductor import config as inductor_config
+        from torch._inductor import cpu_vec_isa
+    except ImportError:
+        yield
+        return
+    listing = getattr(cpu_vec_isa, "valid_vec_isa_list", None)
+    cache_info = getattr(listing, "cache_info", None)
+    cache_clear = getattr(listing, "cache_clear", None)
+    cpp = getattr(inductor_config, "cpp", None)
+    if (
+        cache_info is None
+        or cache_clear is None
+        or cpp is None
+        or getattr(cpp, "vec_isa_ok", None) is not None
+        or cache_info().currsize
+    ):
+        yield
+        return
+    try:
+        with inductor_config.patch({"cpp.vec_isa_ok": True}):
+            yield
+    finally:
+        cache_clear()
 
 
 class InductorBuilder(StaticKernelBuilder):
     """Compile the FX graph with ``torch._inductor.standalone_compile`` for static shapes.
 
-    The compiled graph is saved as one portable file with ``CompiledArtifact.save(format=
-    "binary")`` and loaded back with ``CompiledArtifact.load``, so a second process (or a later
-    run) skips compilation. Works on CUDA (Triton kernels) and CPU (C++ kernels, needs a C++
-    compiler); graph inputs mutated by ``aten.copy_`` are still written by the compiled code.
+    The compiled graph is saved with ``CompiledArtifact.save(format="binary")`` together with
+    the Inductor cache files the compile produced (generated code, compiled C++ or Triton
+    kernels), and loaded back with ``CompiledArtifact.load`` against a private copy of those
+    files. A second process, on any machine with the same torch and device, skips compilation
+    even with an empty Inductor cache. Works on CUDA (Triton kernels) and CPU (C++ kernels, needs
+    a C++ compiler for the build); graph inputs mutated by ``aten.copy_`` are still written by
+    the compiled code.
 
     Args:
         options: Inductor options passed to ``standalone_compile`` (for example
@@ -41,18 +154,26 @@ class InductorBuilder(StaticKernelBuilder):
 
     def build(self, request: BuildRequest, out_dir: Path) -> None:
         """Compile ``request.gm`` for the shapes of ``request.args`` and save it in ``out_dir``."""
-        from torch._inductor import standalone_compile
+        import torch._inductor as inductor
 
+        compile_fn = inductor.standalone_compile
+        cache_dir = _cache_dir_context()
+        bundle = out_dir / _BUNDLE
         try:
             portable, constants = _portable_copy(request.gm)
-            artifact = standalone_compile(
-                portable,
-                [*request.args, *(_constant_values(request.gm, constants))],
-                dynamic_shapes="from_example_inputs",
-                options=dict(self.options),
-                donate_graph_module=True,
-            )
-            artifact.save(path=str(out_dir / _ARTIFACT), format="binary")
+            # Compile against an Inductor cache inside the artifact, so every file the compile
+            # produces (generated code, compiled kernels) travels with it.
+            with cache_dir(str(bundle)) if cache_dir is not None else _nothing():
+                artifact = compile_fn(
+                    portable,
+                    [*request.args, *(_constant_values(request.gm, constants))],
+                    dynamic_shapes="from_example_inputs",
+                    options=dict(self.options),
+                    **_standalone_compile_options(compile_fn),
+                )
+                artifact.save(path=str(out_dir / _ARTIFACT), format="binary")
+            for name in _BUNDLE_SKIP:
+                shutil.rmtree(bundle / name, ignore_errors=True)
         except Exception as exc:
             raise BuildError(
                 f"Inductor could not compile the graph for static shapes ({type(exc).__name__}: "
@@ -65,8 +186,17 @@ class InductorBuilder(StaticKernelBuilder):
         from torch._inductor.standalone_compile import CompiledArtifact
 
         path = artifact_dir / _ARTIFACT
+        cache_dir = _cache_dir_context()
         try:
-            artifact = CompiledArtifact.load(path=str(path), format="binary")
+            if cache_dir is not None and (artifact_dir / _BUNDLE).is_dir():
+                # A private, writable copy: the artifact may be read-only or shared, and Inductor
+                # writes locks and cache entries while it loads.
+                private = _private_load_dir()
+                _copy_bundle(artifact_dir, private)
+                with cache_dir(str(private)), _trust_the_bundled_isa():
+                    artifact = CompiledArtifact.load(path=str(path), format="binary")
+            else:
+                artifact = CompiledArtifact.load(path=str(path), format="binary")
         except Exception as exc:
             raise CacheError(
                 f"cannot load the Inductor artifact {path} ({type(exc).__name__}: {exc}); "

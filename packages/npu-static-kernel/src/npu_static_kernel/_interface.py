@@ -12,8 +12,13 @@ from typing import Any, ClassVar
 import torch
 
 from npu_static_kernel._record import OpRecord, OpStatistics, default_supports
+from npu_static_kernel.errors import ConfigError
 
-__all__ = ["BuildRequest", "StaticKernelBuilder"]
+__all__ = ["BuildRequest", "StaticKernelBuilder", "builder_class", "path_of"]
+
+# Builder classes by name, so the generic cache can call the uninstall hook of the builder that
+# made an entry (read from its meta.json) without importing any builder module itself.
+_BUILDERS: dict[str, type[StaticKernelBuilder]] = {}
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,10 @@ class StaticKernelBuilder(abc.ABC):
 
     name: ClassVar[str] = "builder"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _BUILDERS[cls.name] = cls
+
     def compute_hash(self) -> str:
         """Return a string covering every builder setting and toolchain version that changes output.
 
@@ -85,6 +94,18 @@ class StaticKernelBuilder(abc.ABC):
             artifact_dir: The committed artifact directory (read-only by convention).
         """
 
+    @classmethod  # noqa: B027  (an optional hook, not abstract)
+    def uninstall(cls, artifact_dir: Path) -> None:
+        """Undo what :meth:`install` did outside the artifact (default: nothing to undo).
+
+        Called by :meth:`ArtifactCache.remove` before an artifact made by this builder is
+        deleted. Everything under ``artifact_dir`` may have been written by someone else: an
+        implementation must only undo changes it can prove this package made.
+
+        Args:
+            artifact_dir: The committed artifact directory, confined to the cache.
+        """
+
     @abc.abstractmethod
     def load(self, artifact_dir: Path, request: BuildRequest) -> Callable[..., Any]:
         """Return the callable to run instead of ``request.gm.forward``.
@@ -102,6 +123,20 @@ class StaticKernelBuilder(abc.ABC):
         """
 
 
+def builder_class(name: str) -> type[StaticKernelBuilder] | None:
+    """Return the builder class registered under ``name`` (None when no such class exists)."""
+    return _BUILDERS.get(name)
+
+
 def path_of(value: str | os.PathLike[str] | None) -> Path:
-    """Resolve a build directory argument (None means the current directory)."""
-    return Path(value if value is not None else os.getcwd())
+    """Resolve a build directory argument (None means the current directory).
+
+    Raises:
+        ConfigError: The path contains a NUL byte (no file system accepts one).
+    """
+    path = Path(value if value is not None else os.getcwd())
+    if "\0" in str(path):
+        raise ConfigError(
+            f"the build directory {str(path)!r} contains a NUL byte; pass a valid directory path"
+        )
+    return path

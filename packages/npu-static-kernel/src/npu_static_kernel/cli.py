@@ -1,4 +1,7 @@
-"""Command-line entry point ``npu-static-kernel``: list and clean the artifact cache."""
+"""Command-line entry point ``npu-static-kernel``: list, clean, pack and unpack the artifact cache.
+
+Errors are printed as one ``error: ...`` line on stderr with exit code 2, never as a traceback.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +10,14 @@ import json
 import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from npu_static_kernel._cache import ArtifactCache
 from npu_static_kernel._interface import path_of
+from npu_static_kernel._pack import DEFAULT_MAX_BYTES, pack_cache, unpack_cache
 from npu_static_kernel._record import OUTPUTS_DIRNAME
 from npu_static_kernel._version import __version__
+from npu_static_kernel.errors import NpuStaticKernelError
 
 
 def _size(n: int) -> str:
@@ -68,9 +74,29 @@ def _clean(args: argparse.Namespace) -> int:
     print(f"removed {removed} artifact(s) from {cache.root}")
     if args.records:
         records = path_of(args.build_dir) / OUTPUTS_DIRNAME
-        if records.is_dir():
+        if records.is_symlink():
+            records.unlink()  # the link only: never delete what it points to
+        elif records.is_dir():
             shutil.rmtree(records)
             print(f"removed op statistics in {records}")
+    return 0
+
+
+def _pack(args: argparse.Namespace) -> int:
+    cache = ArtifactCache(args.build_dir)
+    result = pack_cache(cache, Path(args.archive))
+    for reason in result.skipped:
+        print(f"warning: left out {reason}", file=sys.stderr)
+    print(f"packed {len(result.keys)} artifact(s), {_size(result.size_bytes)}, into {args.archive}")
+    return 0
+
+
+def _unpack(args: argparse.Namespace) -> int:
+    cache = ArtifactCache(args.build_dir)
+    result = unpack_cache(Path(args.archive), cache, max_bytes=args.max_bytes)
+    for reason in result.skipped:
+        print(f"kept {reason}")
+    print(f"unpacked {len(result.keys)} verified artifact(s) into {cache.root}")
     return 0
 
 
@@ -84,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         The process exit code.
     """
     parser = argparse.ArgumentParser(
-        prog="npu-static-kernel", description="Inspect and clean static kernel artifacts."
+        prog="npu-static-kernel",
+        description="Inspect, clean, pack and unpack static kernel artifacts.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     common = argparse.ArgumentParser(add_help=False)
@@ -103,6 +130,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--records", action="store_true", help=f"also remove the op statistics ({OUTPUTS_DIRNAME})"
     )
     clean.set_defaults(run=_clean)
+    packing = commands.add_parser(
+        "pack", parents=[common], help="write every verified artifact into a .tar.gz"
+    )
+    packing.add_argument("archive", help="the archive to write (e.g. kernels.tar.gz)")
+    packing.set_defaults(run=_pack)
+    unpacking = commands.add_parser(
+        "unpack", parents=[common], help="verify a .tar.gz from `pack` and add its artifacts"
+    )
+    unpacking.add_argument("archive", help="the archive made by `npu-static-kernel pack`")
+    unpacking.add_argument(
+        "--max-bytes",
+        type=int,
+        default=DEFAULT_MAX_BYTES,
+        help=f"refuse archives holding more than this many bytes (default {DEFAULT_MAX_BYTES})",
+    )
+    unpacking.set_defaults(run=_unpack)
     args = parser.parse_args(argv)
-    code: int = args.run(args)
+    try:
+        code: int = args.run(args)
+    except (NpuStaticKernelError, OSError, ValueError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"error: {message}", file=sys.stderr)
+        return 2
     return code

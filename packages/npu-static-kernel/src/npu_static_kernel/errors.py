@@ -15,6 +15,7 @@ __all__ = [
     "CacheError",
     "ConfigError",
     "StaticKernelDisabledWarning",
+    "CacheFallbackWarning",
 ]
 
 
@@ -48,3 +49,7 @@ class ConfigError(NpuStaticKernelError, ValueError):
 
 class StaticKernelDisabledWarning(UserWarning):
     """Static kernels were switched off for this process; graphs still run, without them."""
+
+
+class CacheFallbackWarning(UserWarning):
+    """The build directory is read-only: its artifacts are used, new ones go to a fallback."""

@@ -1,0 +1,117 @@
+"""Device graph adapters: one small interface over every graph implementation we drive.
+
+* ``cpu``: :class:`EmulatedBackend`, a graph that really behaves like one: static outputs live in a
+  byte arena (the pool), replay re-runs the callable on the static inputs and writes the results
+  into the same static tensors, so aliasing, overwrite and pool rewind are observable on CPU.
+* ``cuda``: ``torch.accelerator.Graph`` (torch >= 2.12), else ``torch.cuda.CUDAGraph`` (2.11).
+* ``npu``: ``torch.accelerator.Graph`` when torch_npu registers it, else ``torch_npu.npu.NPUGraph``.
+
+One module per concern: ``base`` (the interface), ``emulated`` (CPU), ``native`` (device graphs),
+``cuda`` and ``npu`` (what each family adds). ``npu`` is the only module that touches
+``torch_npu``, lazily, inside functions: torch_npu without CANN breaks ``import torch`` itself.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from npu_mempool._devices.base import Body, Graph, GraphBackend, StaticLike
+from npu_mempool._devices.cuda import Cuda
+from npu_mempool._devices.emulated import EmulatedBackend, EmulatedGraph
+from npu_mempool._devices.native import DeviceBackend
+from npu_mempool._devices.npu import Npu
+from npu_mempool._pool import PoolHandle
+from npu_mempool.errors import OptionsError
+
+__all__ = [
+    "Body",
+    "Cuda",
+    "DeviceBackend",
+    "EmulatedBackend",
+    "EmulatedGraph",
+    "Graph",
+    "GraphBackend",
+    "Npu",
+    "StaticLike",
+    "backend_for",
+    "default_device",
+    "graph_implementation",
+    "graph_pool_handle",
+    "has_accelerator_graph",
+]
+
+
+def has_accelerator_graph() -> bool:
+    """Whether this torch has the device-generic ``torch.accelerator.Graph`` (2.12 and later)."""
+    return hasattr(torch.accelerator, "Graph")
+
+
+def _npu_registers_accelerator_graph() -> bool:
+    if not has_accelerator_graph():
+        return False
+    try:
+        current = torch.accelerator.current_accelerator()
+        if current is None or current.type != "npu":
+            return False
+        torch.accelerator.Graph()
+    except Exception:
+        return False
+    return True
+
+
+@functools.cache
+def backend_for(device_type: str) -> GraphBackend:
+    """The graph implementation for tensors on ``device_type``."""
+    if device_type == "cpu":
+        return EmulatedBackend()
+    if device_type == "cuda":
+        return DeviceBackend(Cuda(), accelerator_graph=has_accelerator_graph())
+    if device_type == "npu":
+        return DeviceBackend(Npu(), accelerator_graph=_npu_registers_accelerator_graph())
+    raise OptionsError(
+        f"no graph implementation for device type {device_type!r}; npu-mempool captures graphs on "
+        "'cpu' (emulated), 'cuda' and 'npu'. Move the inputs to one of these devices."
+    )
+
+
+def default_device() -> torch.device:
+    """The current accelerator, or the CPU when there is none."""
+    if torch.accelerator.is_available():
+        current = torch.accelerator.current_accelerator()
+        if current is not None:
+            return torch.device(current.type, torch.accelerator.current_device_index())
+    return torch.device("cpu")
+
+
+def graph_implementation(device: torch.device | str | None = None) -> str:
+    """Name the graph implementation used for ``device`` (default: the current accelerator).
+
+    Returns:
+        ``"torch.accelerator.Graph"``, ``"torch.cuda.CUDAGraph"``, ``"torch_npu.npu.NPUGraph"`` or
+        ``"cpu-emulated"``.
+    """
+    if device is None:
+        return backend_for(default_device().type).name
+    # Parsed by hand: "npu" is only a torch device type once torch_npu is imported.
+    device_type = device.type if isinstance(device, torch.device) else device.split(":")[0]
+    return backend_for(device_type).name
+
+
+def graph_pool_handle(device: torch.device | str | None = None) -> PoolHandle:
+    """Create a graph memory pool that several runners can share (TorchAir mode 1).
+
+    Args:
+        device: Device of the pool; defaults to the current accelerator, else the CPU (where the
+            pool is an emulated byte arena).
+
+    Returns:
+        A handle to pass as ``CaptureOptions(pool=handle)``.
+
+    Example:
+        >>> pool = graph_pool_handle("cpu")
+        >>> options = CaptureOptions(pool=pool)  # doctest: +SKIP
+    """
+    resolved = default_device() if device is None else torch.device(device)
+    return backend_for(resolved.type).new_pool(resolved)

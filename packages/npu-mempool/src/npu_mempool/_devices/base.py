@@ -1,0 +1,67 @@
+"""The interface every graph implementation offers the runner."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+
+from npu_mempool._pool import PoolHandle
+
+__all__ = ["Body", "Graph", "GraphBackend", "Rerun", "StaticLike", "dense_strides"]
+
+StaticLike = Callable[[torch.Tensor], torch.Tensor]
+#: Recomputes a graph's output leaves for one call's arguments (CPU emulation only).
+Rerun = Callable[[tuple[Any, ...]], Sequence[Any]]
+#: What a runner captures: given ``static_like`` (allocates a pool tensor shaped like its argument),
+#: returns the flat output leaves, a function that recomputes them, and every tensor the callable
+#: received (so outputs aliasing an input are recognised).
+Body = Callable[[StaticLike], tuple[list[Any], Rerun, list[torch.Tensor]]]
+
+
+class Graph(Protocol):
+    """A captured graph."""
+
+    def replay(self, args: tuple[Any, ...]) -> None:
+        """Run the captured work again, writing into the same static outputs.
+
+        ``args`` are the call's arguments, already checked to be the captured ones where the
+        graph reads them in place (a device graph ignores them; the CPU emulation re-runs on them).
+        """
+
+    def reset(self) -> None:
+        """Free the graph and the pool memory only it holds."""
+
+
+class GraphBackend(Protocol):
+    """One device family's graph implementation."""
+
+    name: str
+    #: Whether ``capture`` runs the callable (CPU emulation) or only records it (devices).
+    executes_on_capture: bool
+    #: Eager calls a new key needs before its capture when ``CaptureOptions.warmup_runs`` is None.
+    default_warmup_runs: int
+
+    def new_pool(self, device: torch.device) -> PoolHandle:
+        """Create an empty pool on ``device``."""
+
+    def capture(self, pool: PoolHandle, body: Body) -> tuple[Graph, list[Any]]:
+        """Capture ``body`` into ``pool``; return the graph and its static output leaves."""
+
+    def checkpoint(self, pool: PoolHandle) -> bool:
+        """Remember the pool's current state for later rewinds; ``False`` when unsupported."""
+
+    def rewind(self, pool: PoolHandle) -> bool:
+        """Return the pool to its checkpoint; memory of later captures becomes free again.
+
+        The caller rewinds only while no output of the pool's graphs is held outside them. Returns
+        ``False``, changing nothing, when the pool holds allocations the runner does not know
+        about (a tensor created during capture and kept by the callable): rewinding then would
+        free memory still in use.
+        """
+
+
+def dense_strides(x: torch.Tensor) -> tuple[int, ...]:
+    """The strides a static copy of ``x`` gets: ``x``'s own where it is dense, else contiguous."""
+    return tuple(torch.empty_like(x, device="meta").stride())

@@ -1,0 +1,76 @@
+"""What CUDA graphs need beyond the generic calls: pool ids, streams, allocator hooks."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+__all__ = ["Cuda"]
+
+
+class Cuda:
+    device_type = "cuda"
+    # cuBLAS creates its handle and workspace on first use; inside a capture that allocation
+    # would land in the graph pool for good (torch's own CUDA graph paths warm up too).
+    warmup_runs = 1
+
+    def pool_id(self) -> Any:
+        return torch.cuda.graph_pool_handle()
+
+    def stream(self, device: torch.device) -> Any:
+        return torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]
+
+    def reserved(self, device: torch.device) -> int:
+        return int(torch.cuda.memory_reserved(device))
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return list(torch.cuda.memory_snapshot())  # type: ignore[no-untyped-call]
+
+    def get_state(self, index: int, pool_id: Any) -> Any:
+        return torch._C._cuda_getCheckpointState(index, pool_id)
+
+    def set_state(self, index: int, state: Any, stale: list[int]) -> None:
+        torch._C._cuda_setCheckpointPoolState(index, state, stale, [])
+
+    def live_allocations_are(self, index: int, pool_id: Any, ptrs: set[int]) -> bool | None:
+        check = getattr(torch._C, "_cuda_checkPoolLiveAllocations", None)
+        return None if check is None else bool(check(index, pool_id, ptrs))
+
+    def has_checkpoint_hooks(self) -> bool:
+        return hasattr(torch._C, "_cuda_getCheckpointState") and hasattr(
+            torch._C, "_cuda_setCheckpointPoolState"
+        )
+
+    def drop_library_workspaces(self) -> None:
+        # cuBLAS keeps one workspace per (handle, stream), allocated on first use: during a
+        # capture it comes from the graph pool and stays allocated there for good, so the pool
+        # holds memory no graph output owns and can never be rewound (mode 2 off). Dropping the
+        # cache around captures, as CUDA Graph Trees do, makes the workspace an ordinary
+        # intermediate of the graph that captured it.
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
+
+    def legacy_graph(self) -> Any:
+        return torch.cuda.CUDAGraph()
+
+    def legacy_context(self, graph: Any, pool_id: Any, stream: Any) -> Any:
+        return torch.cuda.graph(
+            graph, pool=pool_id, stream=stream, capture_error_mode="thread_local"
+        )
+
+    def current_stream(self, device: torch.device) -> Any:
+        return torch.cuda.current_stream(device)
+
+    def abandon_capture(self, index: int, pool_id: Any, stream: Any) -> None:
+        # torch.cuda.graph ends the capture before it leaves its stream context: when ending the
+        # capture raises, the capture stream stays current and the allocator keeps routing this
+        # thread's allocations to the pool, refusing every later capture into it. Undo both.
+        torch.cuda.set_stream(stream)
+        for hook in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
+            call = getattr(torch._C, hook, None)
+            if call is not None:
+                with contextlib.suppress(RuntimeError):
+                    call(index, pool_id)

@@ -1,0 +1,146 @@
+"""CPU graphs with device semantics: static buffers in a real arena, overwritten on replay."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from npu_mempool._devices.base import Body, Graph, Rerun, dense_strides
+from npu_mempool._pool import PoolHandle
+
+__all__ = ["EmulatedBackend", "EmulatedGraph"]
+
+
+def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole storage behind ``tensor`` as a flat uint8 tensor (no copy)."""
+    return torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage())
+
+
+class EmulatedGraph:
+    """Replay re-runs the captured callable and copies its results into the static outputs."""
+
+    def __init__(
+        self,
+        rerun: Rerun,
+        dst: list[torch.Tensor],
+        src: list[int],
+        pool: PoolHandle,
+        blocks: list[int],
+        shared: Sequence[tuple[torch.Tensor, int]] = (),
+    ) -> None:
+        self._rerun: Rerun | None = rerun
+        self._dst = dst
+        self._src = src
+        self._shared = list(shared)
+        self._pool = pool
+        self._blocks = blocks
+
+    def replay(self, args: tuple[Any, ...]) -> None:
+        rerun = self._rerun
+        if rerun is None:
+            raise RuntimeError("replay() of a graph that was reset; capture it again")
+        # A device replay records no autograd history, and writes into its static outputs in any
+        # grad mode; so does the emulation.
+        with torch.no_grad():
+            out = rerun(args)
+            if self._src:
+                torch._foreach_copy_(self._dst, [out[i] for i in self._src])
+            # Outputs that are views of one storage: its bytes are copied whole, views kept.
+            for base, index in self._shared:
+                source = _bytes_of(out[index])
+                base[: source.numel()].copy_(source)
+
+    def reset(self) -> None:
+        arena = self._pool._arena
+        assert arena is not None
+        for block in self._blocks:
+            arena.free(block)
+        self._blocks = []
+        self._rerun = None
+
+
+class EmulatedBackend:
+    """CPU graphs with device semantics (static buffers in a real arena, overwrite on replay)."""
+
+    name = "cpu-emulated"
+    executes_on_capture = True
+    default_warmup_runs = 0
+
+    def new_pool(self, device: torch.device) -> PoolHandle:
+        return PoolHandle(torch.device("cpu"))
+
+    def capture(self, pool: PoolHandle, body: Body) -> tuple[Graph, list[Any]]:
+        arena = pool._arena
+        assert arena is not None, "an emulated graph needs a CPU pool"
+        blocks: list[int] = []
+
+        def static_like(x: torch.Tensor) -> torch.Tensor:
+            block, tensor = arena.empty(x.shape, x.dtype, dense_strides(x))
+            blocks.append(block)
+            # The emulated capture runs the callable, so it must see the real input values.
+            tensor.copy_(x)
+            return tensor
+
+        with torch.no_grad():
+            leaves, rerun, inputs = body(static_like)
+            # Outputs that alias an input (a view of a KV cache, of a static input) are live
+            # memory already updated by the re-run; everything else gets a static buffer.
+            aliased = {t.untyped_storage()._cdata for t in inputs}
+            static: list[Any] = list(leaves)
+            dst: list[torch.Tensor] = []
+            src: list[int] = []
+            seen: dict[int, torch.Tensor] = {}
+            # Distinct output tensors per storage: views of one another share a static storage,
+            # as on a device, where they are views into one pool allocation.
+            by_storage: dict[int, set[int]] = {}
+            for leaf in leaves:
+                if isinstance(leaf, torch.Tensor):
+                    by_storage.setdefault(leaf.untyped_storage()._cdata, set()).add(id(leaf))
+            shared: list[tuple[torch.Tensor, int]] = []
+            bases: dict[int, torch.Tensor] = {}
+            for i, leaf in enumerate(leaves):
+                if not isinstance(leaf, torch.Tensor) or leaf.untyped_storage()._cdata in aliased:
+                    continue
+                if id(leaf) in seen:  # the same tensor returned twice stays one buffer
+                    static[i] = seen[id(leaf)]
+                    continue
+                storage = leaf.untyped_storage()
+                if len(by_storage[storage._cdata]) > 1:
+                    base = bases.get(storage._cdata)
+                    if base is None:
+                        block, base = arena.empty(torch.Size([storage.nbytes()]), torch.uint8)
+                        blocks.append(block)
+                        base.copy_(_bytes_of(leaf))
+                        bases[storage._cdata] = base
+                        shared.append((base, i))
+                    with torch.inference_mode(False):
+                        buffer = torch.empty(0, dtype=leaf.dtype)
+                        start = base.storage_offset() // leaf.element_size() + leaf.storage_offset()
+                        buffer.set_(base.untyped_storage(), start, leaf.shape, leaf.stride())
+                    seen[id(leaf)] = static[i] = buffer
+                    continue
+                # Strides as a device output would have them (those of empty_like: the
+                # layout of a dense result, a transposed one stays transposed).
+                layout = torch.empty_like(leaf, device="meta").stride()
+                block, buffer = arena.empty(leaf.shape, leaf.dtype, layout)
+                blocks.append(block)
+                buffer.copy_(leaf)
+                seen[id(leaf)] = buffer
+                static[i] = buffer
+                dst.append(buffer)
+                src.append(i)
+        graph = EmulatedGraph(rerun, dst, src, pool, blocks, shared)
+        return graph, static
+
+    def checkpoint(self, pool: PoolHandle) -> bool:
+        assert pool._arena is not None
+        pool._checkpoint = pool._arena.checkpoint()
+        return True
+
+    def rewind(self, pool: PoolHandle) -> bool:
+        assert pool._arena is not None
+        pool._arena.rewind(pool._checkpoint, set())
+        pool._owned.clear()
+        return True

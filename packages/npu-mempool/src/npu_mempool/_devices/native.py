@@ -1,0 +1,177 @@
+"""Real device graphs: ``torch.accelerator.Graph`` or a device family's legacy graph class."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import torch
+
+from npu_mempool._devices.base import Body, Graph, dense_strides
+from npu_mempool._pool import PoolHandle
+
+__all__ = ["DeviceBackend", "Family", "device_index"]
+
+
+class Family(Protocol):
+    """What differs between CUDA and NPU: pool ids, streams, allocator hooks, legacy graphs."""
+
+    device_type: str
+    warmup_runs: int
+
+    def pool_id(self) -> Any: ...
+    def stream(self, device: torch.device) -> Any: ...
+    def reserved(self, device: torch.device) -> int: ...
+    def snapshot(self) -> list[dict[str, Any]]: ...
+    def get_state(self, index: int, pool_id: Any) -> Any: ...
+    def set_state(self, index: int, state: Any, stale: list[int]) -> None: ...
+    def live_allocations_are(self, index: int, pool_id: Any, ptrs: set[int]) -> bool | None: ...
+    def has_checkpoint_hooks(self) -> bool: ...
+    def drop_library_workspaces(self) -> None: ...
+    def legacy_graph(self) -> Any: ...
+    def legacy_context(self, graph: Any, pool_id: Any, stream: Any) -> Any: ...
+    def current_stream(self, device: torch.device) -> Any: ...
+    def abandon_capture(self, index: int, pool_id: Any, stream: Any) -> None: ...
+
+
+class _DeviceGraph:
+    def __init__(self, graph: Any) -> None:
+        self._graph = graph
+        self._replay = graph.replay
+
+    def replay(self, args: tuple[Any, ...]) -> None:
+        self._replay()
+
+    def reset(self) -> None:
+        self._graph.reset()
+
+
+class DeviceBackend:
+    """Real device graphs through ``torch.accelerator.Graph`` or the family's legacy class."""
+
+    executes_on_capture = False
+
+    def __init__(self, family: Family, accelerator_graph: bool) -> None:
+        self._family = family
+        self._accelerator_graph = accelerator_graph
+        self.default_warmup_runs = family.warmup_runs
+        if accelerator_graph:
+            self.name = "torch.accelerator.Graph"
+        else:
+            self.name = (
+                "torch.cuda.CUDAGraph"
+                if family.device_type == "cuda"
+                else ("torch_npu.npu.NPUGraph")
+            )
+
+    def new_pool(self, device: torch.device) -> PoolHandle:
+        return PoolHandle(device, native=self._family.pool_id())
+
+    @contextlib.contextmanager
+    def _capturing(self, pool: PoolHandle, graph_out: list[Any]) -> Iterator[None]:
+        if self._accelerator_graph:
+            if pool._stream is None:
+                pool._stream = torch.Stream(device=pool.device)
+            graph = torch.accelerator.Graph(pool=pool._native, capture_error_mode="thread_local")
+            graph_out.append(graph)
+            # accelerator.Graph captures on the current stream; the pool's own stream keeps the
+            # caching allocator's segments reusable by the next capture.
+            with pool._stream, graph:
+                yield
+        else:
+            if pool._stream is None:
+                pool._stream = self._family.stream(pool.device)
+            graph = self._family.legacy_graph()
+            graph_out.append(graph)
+            with self._family.legacy_context(graph, pool._native, pool._stream):
+                yield
+
+    def capture(self, pool: PoolHandle, body: Body) -> tuple[Graph, list[Any]]:
+        made: list[Any] = []
+        before = self._family.reserved(pool.device)
+
+        def static_like(x: torch.Tensor) -> torch.Tensor:
+            # Allocated inside the capture, hence from the graph pool; filled before each replay.
+            # A normal tensor even under inference_mode: replays copy into it in any mode. The
+            # caller's layout where it is dense (kernels built for its strides get them).
+            with torch.inference_mode(False):
+                return torch.empty_strided(
+                    x.shape, dense_strides(x), dtype=x.dtype, device=x.device
+                )
+
+        self._family.drop_library_workspaces()
+        stream = self._family.current_stream(pool.device)
+        try:
+            with torch.no_grad(), self._capturing(pool, made):
+                leaves, _rerun, _inputs = body(static_like)
+        except BaseException:
+            # A failed capture leaves the pool unusable for further captures: restore the
+            # caller's stream, stop allocating to the pool, and let the runner take a new pool.
+            self._family.abandon_capture(device_index(pool.device), pool._native, stream)
+            pool._broken = True
+            raise
+        finally:
+            self._family.drop_library_workspaces()
+        self._measure(pool, before)
+        return _DeviceGraph(made[0]), leaves
+
+    def _measure(self, pool: PoolHandle, reserved_before: int) -> None:
+        """Update the pool's byte count after a capture into it."""
+        try:
+            # Exact: the segments the allocator holds for this pool.
+            wanted = tuple(pool._native)
+            pool._grown = sum(
+                int(segment["total_size"])
+                for segment in self._family.snapshot()
+                if tuple(segment.get("segment_pool_id", ())) == wanted
+            )
+        except Exception:
+            # Approximate: what the device's reserved memory grew by during the capture.
+            grown = self._family.reserved(pool.device) - reserved_before
+            pool._grown += max(0, grown)
+
+    def checkpoint(self, pool: PoolHandle) -> bool:
+        if not self._family.has_checkpoint_hooks():
+            return False
+        # An empty capture creates the private pool; the graph is kept so the pool outlives the
+        # runner's graphs, and the state after it is the rewind target.
+        made: list[Any] = []
+        before = self._family.reserved(pool.device)
+        with warnings.catch_warnings():
+            # The capture is empty on purpose; torch warns about every empty capture ("The CUDA
+            # Graph is empty ...", raised as an error where warnings are errors), as it does for
+            # the one CUDA Graph Trees makes when it starts.
+            warnings.filterwarnings("ignore", r"The \w+ Graph is empty", UserWarning)
+            with self._capturing(pool, made):
+                pass
+        pool._keepalive.extend(made)
+        self._measure(pool, before)
+        pool._checkpoint = self._family.get_state(device_index(pool.device), pool._native)
+        return True
+
+    def rewind(self, pool: PoolHandle) -> bool:
+        index = device_index(pool.device)
+        # The allocator frees every block allocated since the checkpoint; each must belong to a
+        # tensor we hold, or a tensor someone else holds would point at recycled memory.
+        live = {t.untyped_storage().data_ptr() for t in pool._owned}
+        if self._family.live_allocations_are(index, pool._native, live) is False:
+            return False
+        # Tensors the allocator still owns (static buffers of captures since the last rewind)
+        # lose their deleters: their bytes now belong to whatever the next capture allocates.
+        stale = list({t.untyped_storage()._cdata: None for t in pool._owned})
+        self._family.set_state(index, pool._checkpoint, stale)
+        pool._owned.clear()
+        return True
+
+
+def device_index(device: torch.device) -> int:
+    # A device named without an index ("cuda", as in graph_pool_handle("cuda")) means the
+    # current one, as for the pool's capture stream: not always the first.
+    index: int | None = device.index
+    if index is not None:
+        return index
+    if torch.accelerator.is_available():
+        return int(torch.accelerator.current_device_index())
+    return 0

@@ -1,0 +1,67 @@
+"""What NPU graphs need from torch_npu, imported lazily: without CANN it breaks torch."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import Any
+
+import torch
+
+__all__ = ["Npu"]
+
+
+def _torch_npu() -> Any:
+    return importlib.import_module("torch_npu")
+
+
+class Npu:
+    device_type = "npu"
+    warmup_runs = 0  # TorchAir's num_warmup_iters default
+
+    def pool_id(self) -> Any:
+        return _torch_npu().npu.graph_pool_handle()
+
+    def stream(self, device: torch.device) -> Any:
+        return _torch_npu().npu.Stream(device=device)
+
+    def reserved(self, device: torch.device) -> int:
+        return int(_torch_npu().npu.memory_reserved(device))
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return list(_torch_npu().npu.memory_snapshot())
+
+    def get_state(self, index: int, pool_id: Any) -> Any:
+        return _torch_npu()._C._npu_getCheckpointState(index, pool_id)
+
+    def set_state(self, index: int, state: Any, stale: list[int]) -> None:
+        _torch_npu()._C._npu_setCheckpointPoolState(index, state, stale, [])
+
+    def live_allocations_are(self, index: int, pool_id: Any, ptrs: set[int]) -> bool | None:
+        check = getattr(_torch_npu()._C, "_npu_checkPoolLiveAllocations", None)
+        return None if check is None else bool(check(index, pool_id, ptrs))
+
+    def has_checkpoint_hooks(self) -> bool:
+        c = getattr(_torch_npu(), "_C", None)
+        return hasattr(c, "_npu_getCheckpointState") and hasattr(c, "_npu_setCheckpointPoolState")
+
+    def drop_library_workspaces(self) -> None:
+        return None  # torch_npu exposes no such cache to drop
+
+    def legacy_graph(self) -> Any:
+        return _torch_npu().npu.NPUGraph()
+
+    def legacy_context(self, graph: Any, pool_id: Any, stream: Any) -> Any:
+        return _torch_npu().npu.graph(graph, pool=pool_id, stream=stream)
+
+    def current_stream(self, device: torch.device) -> Any:
+        return _torch_npu().npu.current_stream(device)
+
+    def abandon_capture(self, index: int, pool_id: Any, stream: Any) -> None:
+        npu = _torch_npu()
+        npu.npu.set_stream(stream)
+        for hook in ("_npu_endAllocateToPool", "_npu_releasePool"):
+            call = getattr(getattr(npu, "_C", None), hook, None)
+            if call is not None:
+                with contextlib.suppress(RuntimeError):
+                    call(index, pool_id)
