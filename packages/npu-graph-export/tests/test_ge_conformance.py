@@ -273,3 +273,23 @@ def test_remaining_op_types_conform(tmp_path: Path, ge_check: Check) -> None:
     assert {"Less", "NotEqual", "Log"} <= types
     (got,) = runtime.load(tmp_path).run(x.numpy())
     np.testing.assert_allclose(got, Rest()(x).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2])
+def test_runtime_casts_to_narrow_floats_round_as_torch(tmp_path: Path, dtype: torch.dtype) -> None:
+    class RoundTrip(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.to(dtype).to(torch.float32) * 1.0
+
+    generator = torch.Generator().manual_seed(0)
+    scales = torch.logspace(-9, 3, 2000)
+    x = torch.cat(
+        [
+            torch.randn(2000, generator=generator) * scales,
+            torch.tensor([0.0, -0.0, 448.0, 464.0, 465.0, 57344.0, 61440.0, 1e6, -1e9]),
+            torch.tensor([float("inf"), float("nan")]),
+        ]
+    )
+    dynamo_export(x, model=RoundTrip(), export_path=tmp_path)
+    (got,) = runtime.load(tmp_path).run(x.numpy())
+    np.testing.assert_array_equal(got, RoundTrip()(x).numpy())  # NaN positions equal too

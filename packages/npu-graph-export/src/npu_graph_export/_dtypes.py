@@ -163,3 +163,32 @@ def widen(raw: bytes | np.ndarray, dtype: int) -> np.ndarray:
         words = data.view("<u2").astype(np.uint32) << 16
         return words.view(np.float32)
     return FLOAT8_VALUES[dtype][data]
+
+
+def narrow(values: np.ndarray, dtype: int) -> np.ndarray:
+    """float32 ``values`` rounded to bf16 or fp8 (nearest, ties to even), still as float32.
+
+    Out of range, e5m2 and bf16 give infinities and e4m3fn (which has none) saturates to its
+    largest value, as torch's conversions do.
+    """
+    x = np.asarray(values, np.float32)
+    if dtype == ge.DT_BF16:
+        bits = x.view(np.uint32).astype(np.uint64)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+        out = rounded.astype(np.uint32).view(np.float32)
+        return np.where(np.isnan(x), x, out)
+    table = FLOAT8_VALUES[dtype]
+    finite = table[:0x80][np.isfinite(table[:0x80])]  # non-negative codes 0x00.. in order
+    magnitude = np.abs(x)
+    upper = np.clip(np.searchsorted(finite, magnitude), 1, len(finite) - 1)
+    lower = upper - 1
+    below, above = finite[lower], finite[upper]
+    pick_upper = (magnitude - below > above - magnitude) | (
+        (magnitude - below == above - magnitude) & (upper % 2 == 0)
+    )
+    result = np.where(pick_upper, above, below)
+    # Past the largest value by half a step or more: overflow.
+    step = finite[-1] - finite[-2]
+    overflow = magnitude >= finite[-1] + step / 2
+    result = np.where(overflow, np.inf if dtype == ge.DT_FLOAT8_E5M2 else finite[-1], result)
+    return np.where(np.isnan(x), np.nan, np.copysign(result, x)).astype(np.float32)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from npu_graph_export._dtypes import NUMPY_OF_GE, WIDENED, proto_of_attr
+from npu_graph_export._dtypes import NUMPY_OF_GE, WIDENED, narrow, proto_of_attr
 from npu_graph_export._proto import ge_ir_pb2 as ge
 
 Array = np.ndarray[Any, Any]
@@ -220,7 +220,11 @@ def attr_type(op: ge.OpDef, name: str, default: int | None = None) -> int:
 
 @kernel("Cast")
 def _cast(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
-    return [xs[0].astype(numpy_dtype(attr_type(op, "dst_type")))]
+    target = attr_type(op, "dst_type")
+    if target in WIDENED:
+        # Computed as float32, but holding only the values the narrow type can represent.
+        return [narrow(xs[0].astype(np.float32), target)]
+    return [xs[0].astype(numpy_dtype(target))]
 
 
 @kernel("Tril", "Triu")
