@@ -293,3 +293,15 @@ def test_runtime_casts_to_narrow_floats_round_as_torch(tmp_path: Path, dtype: to
     dynamo_export(x, model=RoundTrip(), export_path=tmp_path)
     (got,) = runtime.load(tmp_path).run(x.numpy())
     np.testing.assert_array_equal(got, RoundTrip()(x).numpy())  # NaN positions equal too
+
+
+def test_runtime_creates_a_tensor_over_two_to_the_28_elements(tmp_path: Path) -> None:
+    class Big(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            big = torch.ones((1 << 28) + 8, dtype=torch.uint8)  # 256 MiB
+            return big[-2:] + x
+
+    x = torch.tensor([1, 2], dtype=torch.uint8)
+    dynamo_export(x, model=Big(), export_path=tmp_path)
+    (got,) = runtime.load(tmp_path).run(x.numpy())
+    assert got.tolist() == [2, 3]

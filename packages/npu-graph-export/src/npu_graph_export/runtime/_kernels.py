@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,28 @@ from npu_graph_export._proto import ge_ir_pb2 as ge
 Array = np.ndarray[Any, Any]
 
 MAX_ELEMENTS = 1 << 28
-"""Largest tensor a kernel may create (~1 GiB of fp32): a corrupt shape fails instead of hanging."""
+"""Tensors up to this many elements are created without asking; larger ones only when the
+machine's free memory holds them, so a corrupt shape fails instead of hanging or swapping."""
+
+
+def _available_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not Linux-like: stay with the cap
+        return 0
+
+
+def check_size(count: int, itemsize: int, what: str) -> None:
+    """Refuse to create ``count`` elements of ``itemsize`` bytes beyond free memory."""
+    if count <= MAX_ELEMENTS:
+        return
+    needed = count * itemsize
+    available = _available_bytes()
+    if needed > available:
+        raise KernelError(
+            f"{what} needs {needed} bytes ({count} elements) but {available} bytes of memory "
+            "are free"
+        )
 
 
 class KernelError(Exception):
@@ -89,12 +111,11 @@ def numpy_dtype(ge_type: int) -> np.dtype[Any]:
         ) from None
 
 
-def _checked_shape(values: Any) -> tuple[int, ...]:
+def _checked_shape(values: Any, itemsize: int = 8) -> tuple[int, ...]:
     shape = tuple(int(v) for v in np.asarray(values).reshape(-1))
     if any(d < 0 for d in shape):
         raise KernelError(f"negative dimension in shape {shape}")
-    if math.prod(shape) > MAX_ELEMENTS:
-        raise KernelError(f"shape {shape} is larger than the runtime allows ({MAX_ELEMENTS})")
+    check_size(math.prod(shape), itemsize, f"shape {shape}")
     return shape
 
 
@@ -481,7 +502,8 @@ def _strided_slice(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Ar
 @kernel("Fill")
 def _fill(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     value = np.asarray(xs[1])
-    return [np.full(_checked_shape(xs[0]), value.reshape(-1)[0] if value.size else 0, value.dtype)]
+    shape = _checked_shape(xs[0], value.dtype.itemsize)
+    return [np.full(shape, value.reshape(-1)[0] if value.size else 0, value.dtype)]
 
 
 @kernel("Range")
@@ -489,8 +511,7 @@ def _range(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     start, limit, delta = (np.asarray(v).reshape(-1)[0] for v in xs[:3])
     if delta == 0 or not np.isfinite([start, limit, delta]).all():
         raise KernelError("Range needs finite bounds and a non-zero delta")
-    if abs((limit - start) / delta) > MAX_ELEMENTS:
-        raise KernelError("Range is larger than the runtime allows")
+    check_size(int(abs((limit - start) / delta)) + 1, np.asarray(xs[0]).dtype.itemsize, "Range")
     return [np.arange(start, limit, delta, dtype=np.asarray(xs[0]).dtype)]
 
 
