@@ -282,32 +282,3 @@ def _slice_scatter(ctx: Context, node: fx.Node) -> Value:
     if isinstance(start, int) and isinstance(end, int) and end < start:
         end = start
     return _scatter_slice(ctx, x, src, dim, start, end)
-
-
-@register(aten.select_scatter.default)
-def _select_scatter(ctx: Context, node: fx.Node) -> Value:
-    dtype = ctx.out_dtype()
-    x, src = ctx.tensor(args_of(node)[0], dtype), ctx.tensor(args_of(node)[1], dtype)
-    dim = positive_dim(int(args_of(node)[2]), len(x.shape))
-    index = ctx.value(args_of(node)[3])
-    if isinstance(index, int) and index < 0:
-        if x.shape[dim] < 0:
-            from npu_graph_export.errors import UnsupportedOpError
-
-            raise UnsupportedOpError(
-                "assignment at a negative index of a dynamic dimension has no GE converter"
-            )
-        index += x.shape[dim]
-    shape = list(src.shape)
-    shape.insert(dim, 1)
-    expanded = ctx.emit(
-        "ExpandDims", [src, ctx.ints([dim], "axis")], shape=tuple(shape), suffix="src"
-    )
-    if isinstance(index, int):
-        end: Any = index + 1
-    else:
-        one = ctx.const(1, ge.DT_INT64, "one")
-        end = ctx.emit(
-            "Add", [ctx.tensor(index, ge.DT_INT64), one], dtype=ge.DT_INT64, shape=(), suffix="end"
-        )
-    return _scatter_slice(ctx, x, expanded, dim, index, end)
