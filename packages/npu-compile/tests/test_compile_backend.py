@@ -297,7 +297,10 @@ def test_demo_decoder_on_the_accelerator_matches_eager() -> None:
     got, _ = greedy_generate(model, compiled, prompt, 8)
     assert torch.equal(got, expected)
     assert backend.stats.fallbacks == []
-    assert sum(runner.counters.captures for runner in backend.stats.runners) == 2
+    # Prefill runs once: on CUDA that call is the warm-up before a capture (cuBLAS initialises
+    # lazily), so only the decode graph is captured there.
+    expected_captures = 1 if device.type == "cuda" else 2
+    assert sum(runner.counters.captures for runner in backend.stats.runners) == expected_captures
     assert sum(runner.counters.replays for runner in backend.stats.runners) >= 5
 
 

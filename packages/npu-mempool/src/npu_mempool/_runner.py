@@ -223,10 +223,14 @@ class GraphRunner:
             layout = self._layout = Layout(
                 args, self._kinds, self._options.frozen_parameters, self._guarded
             )
-        key = self._key_of(layout, args)
-        if key in self._failed:
+        try:
+            key = layout.key(args)
+            failed = key in self._failed
+            ptrs = tuple([args[i].data_ptr() for i in layout.watched]) if layout.watched else ()
+        except _LAYOUT_ERRORS as exc:
+            raise self._layout_error(args) from exc
+        if failed:
             return self._eager_call(args)
-        ptrs = tuple(args[i].data_ptr() for i in layout.watched)
         for path in self._paths:
             entries = path.entries.get(key)
             found = None
@@ -235,6 +239,7 @@ class GraphRunner:
                     found = entry
                     break
             if found is None:
+                self._check_layout(layout, args)
                 return self._miss(path, key, args)
             if not found.in_use() and not pool_in_use(found.pool, but=found):
                 self._misses.clear()
@@ -244,19 +249,14 @@ class GraphRunner:
             # Its memory is in use: try the next call path.
         return self._miss(self._new_path(), key, args)
 
-    def _key_of(self, layout: Layout, args: tuple[Any, ...]) -> Hashable:
-        try:
-            key = layout.key(args)
-            hash(key)
-        except _LAYOUT_ERRORS as exc:
-            raise self._layout_error(args) from exc
+    def _check_layout(self, layout: Layout, args: tuple[Any, ...]) -> None:
+        """Slow path only: a call that found no graph is checked against the first call's layout."""
         if len(args) != layout.count or any(
             isinstance(args[i], torch.Tensor) for i in layout.scalars
         ):
             # A tensor where a value was would key a graph on the tensor's identity: one capture
             # per call until the limit. A different argument count is another signature.
             raise self._layout_error(args)
-        return key
 
     def _new_path(self) -> _Path:
         # A pool of its own, even in mode 1: the shared pool is where the memory was busy.
@@ -349,8 +349,8 @@ class GraphRunner:
             counters.recapture_reasons[reason] += 1
         if backend.executes_on_capture:
             return entry.hand_out()
-        self.counters.replays += 1
-        counters.replays += 1
+        # A device capture only records: the capturing call replays once for its results. That
+        # replay is part of the capture, not counted, so counters read the same on every device.
         return entry.replay(args)
 
     def _report_capture(

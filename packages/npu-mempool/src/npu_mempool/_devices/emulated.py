@@ -43,14 +43,20 @@ class EmulatedGraph:
             raise RuntimeError("replay() of a graph that was reset; capture it again")
         # A device replay records no autograd history, and writes into its static outputs in any
         # grad mode; so does the emulation.
-        with torch.no_grad():
-            out = rerun(args)
-            if self._src:
-                torch._foreach_copy_(self._dst, [out[i] for i in self._src])
-            # Outputs that are views of one storage: its bytes are copied whole, views kept.
-            for base, index in self._shared:
-                source = _bytes_of(out[index])
-                base[: source.numel()].copy_(source)
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                self._run(rerun, args)
+        else:
+            self._run(rerun, args)
+
+    def _run(self, rerun: Rerun, args: tuple[Any, ...]) -> None:
+        out = rerun(args)
+        if self._src:
+            torch._foreach_copy_(self._dst, [out[i] for i in self._src])
+        # Outputs that are views of one storage: its bytes are copied whole, views kept.
+        for base, index in self._shared:
+            source = _bytes_of(out[index])
+            base[: source.numel()].copy_(source)
 
     def reset(self) -> None:
         arena = self._pool._arena
