@@ -159,7 +159,7 @@ def test_backend_snapshots_its_config() -> None:
     config = CompilerConfig()
     backend = get_npu_backend(compiler_config=config)
     config.debug.run_eagerly = True
-    assert backend.config.debug.run_eagerly is False
+    assert not backend.config.debug.run_eagerly
     assert backend == get_npu_backend()
     assert hash(backend) == hash(get_npu_backend())
     with pytest.raises(BackendError, match="CompilerConfig"):

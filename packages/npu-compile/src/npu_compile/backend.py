@@ -15,13 +15,13 @@ from __future__ import annotations
 import itertools
 import logging
 import weakref
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from npu_compile import _logs
+from npu_compile import _compat, _dump, _logs, _passes
 from npu_compile._tensorify import tensorify_int_inputs
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NpuCompileError
@@ -231,7 +231,11 @@ class NpuBackend:
 
     compiler_name = "npu_compile"
 
-    def __init__(self, config: CompilerConfig | None = None) -> None:
+    def __init__(
+        self,
+        config: CompilerConfig | None = None,
+        custom_decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+    ) -> None:
         if config is not None and not isinstance(config, CompilerConfig):
             raise BackendError(
                 f"compiler_config must be an npu_compile.CompilerConfig, got "
@@ -239,10 +243,18 @@ class NpuBackend:
             )
         self.config = (config or CompilerConfig()).copy()
         self.stats = BackendStats()
+        self.decompositions = _passes.check_decompositions(custom_decompositions)
+        _compat.check_mode(self.config)
+        self._warned: set[str] = set()
+        _compat.warn_no_effect(self.config, self._warned)
         _logs.register()
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, NpuBackend) and other.config == self.config
+        return (
+            isinstance(other, NpuBackend)
+            and other.config == self.config
+            and other.decompositions == self.decompositions
+        )
 
     def __hash__(self) -> int:
         return hash(("NpuBackend", self.config))
@@ -288,10 +300,11 @@ class NpuBackend:
                 f"torch.compile(mode={mode!r}) is not supported by the npu_compile backend; "
                 "use mode='reduce-overhead' or leave mode out"
             )
-        if options:
+        if options is not None:
             config = config.with_options(options)
+            _compat.warn_no_effect(config, self._warned)
         self.stats.fx_graphs += 1
-        return _compile(gm, list(example_inputs), config, self.stats)
+        return _compile(gm, list(example_inputs), config, self.stats, self.decompositions)
 
 
 def _fallback(
@@ -317,12 +330,13 @@ def _capture_options(config: CompilerConfig) -> Any:
         pool=pool,
         # Mode 1 (a shared pool) turns mode 2 (reuse inside one FX graph) off, as in TorchAir.
         reuse_pool_across_shapes=pool is None and not aclgraph.disable_mempool_reuse_in_same_fx,
-        clone_input=aclgraph.clone_input,
-        clone_output=aclgraph.enable_output_clone,
-        check_output_overwrite=aclgraph.check_output_overwrite,
-        capture_limit=aclgraph.static_capture_size_limit,
-        frozen_parameters=config.experimental_config.frozen_parameter,
-        strict=aclgraph.strict,
+        # Plain bool/int: config reads are views that also carry TorchAir's `.value`.
+        clone_input=bool(aclgraph.clone_input),
+        clone_output=bool(aclgraph.enable_output_clone),
+        check_output_overwrite=bool(aclgraph.check_output_overwrite),
+        capture_limit=int(aclgraph.static_capture_size_limit),
+        frozen_parameters=bool(config.experimental_config.frozen_parameter),
+        strict=bool(aclgraph.strict),
         # warmup_runs left to npu-mempool: it knows which devices need an eager call per new
         # shape before capturing it (CUDA's lazily initialised cuBLAS).
     )
@@ -370,6 +384,7 @@ def _compile(
     example_inputs: list[object],
     config: CompilerConfig,
     stats: BackendStats,
+    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
 ) -> CompiledFn:
     from npu_mempool import GraphRunner, InputKind
     from npu_streams import prepare_for_capture
@@ -381,6 +396,8 @@ def _compile(
     if reason is not None:
         return _fallback(gm, name, reason, config, stats)
 
+    config = _compat.resolve_pool(config, example_inputs)
+    decompositions = decompositions or {}
     # The grad mode of the call being compiled (AOT compiles the forward graph without grad).
     grad_enabled = torch.is_grad_enabled()
     is_state = _input_kinds_from_sources(gm, example_inputs)
@@ -410,15 +427,23 @@ def _compile(
         if meta is not None and _records_autograd(meta, grad_enabled):
             built["fallback"] = _TRAINING_REASON
             return _forward_of(fw_gm)
+        fw_gm = _passes.run_post_grad_passes(fw_gm, example_inputs, config, name)
         prepared = prepare_for_capture(fw_gm)
         forward = _forward_of(prepared)
         host_sync = _host_sync_reason(prepared)
         if host_sync is not None:
             built["fallback"] = host_sync
             return forward
-        if config.debug.run_eagerly:
+        if config.debug.run_eagerly or config.debug.data_dump.enabled:
+            _passes.finish(prepared, example_inputs, config, name)
+            dumper = _dump.data_dumper(prepared, config, name)
+            forward = dumper or _forward_of(prepared)
             stats.eager += 1
-            specialize = _specializer(config, prepared)
+            specialize = (
+                _passes.filter_specializer(config, _specializer(config, prepared), forward)
+                if dumper is None
+                else None
+            )
             if specialize is not None:
                 # The whole pipeline but the capture, as documented: static kernels included.
                 forward = _specialized_per_shape(specialize, forward)
@@ -430,9 +455,9 @@ def _compile(
         bypass = meta is not None and _runner_is_whole_call(meta, fw_gm, n_dynamo_inputs)
         # Ints that decide no shape become device scalars: one graph for all their values.
         tensorified = tensorify_int_inputs(prepared, example_inputs)
-        if tensorified is not None:
-            forward = _forward_of(prepared)
-        specialize = _specializer(config, prepared)
+        _passes.finish(prepared, example_inputs, config, name)
+        forward = _forward_of(prepared)
+        specialize = _passes.filter_specializer(config, _specializer(config, prepared), forward)
         replayed = forward
         if (
             device_type == "cpu"
@@ -440,6 +465,7 @@ def _compile(
             and specialize is None
             and tensorified is None
             and CPU_REPLAYS_DYNAMO_GRAPH
+            and not _passes.rewrites_graph(config, decompositions)
         ):
             # The CPU "graph" replays by re-running Python. Dynamo's graph calls the fast torch
             # bindings (one `linear` instead of ATen `t` + `addmm` overload calls), several µs
@@ -472,7 +498,13 @@ def _compile(
 
     try:
         compiled: CompiledFn = aot_module_simplified(
-            gm, example_inputs, fw_compiler=fw_compiler, keep_inference_input_mutations=True
+            gm,
+            example_inputs,
+            fw_compiler=fw_compiler,
+            decompositions=dict(decompositions),
+            keep_inference_input_mutations=bool(
+                config.experimental_config.keep_inference_input_mutations
+            ),
         )
     except (NpuStreamsError, NpuMempoolError, NpuCompileError):
         # A broken stream scope or a bad option is the user's to fix, never a silent fallback.
@@ -519,15 +551,25 @@ def _report(
     _logs.dump_graph(name, prepared)
 
 
-def get_npu_backend(*, compiler_config: CompilerConfig | None = None) -> NpuBackend:
+def get_npu_backend(
+    *,
+    compiler_config: CompilerConfig | None = None,
+    custom_decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+) -> NpuBackend:
     """Return a ``torch.compile`` backend configured by ``compiler_config``.
 
     Args:
         compiler_config: Options; ``None`` means the defaults (reduce-overhead). The config is
             copied: edit it before this call.
+        custom_decompositions: ``{ATen op overload: function}`` applied while AOT autograd
+            traces the graph (the function replaces the op in the captured graph).
 
     Returns:
         The backend, for ``torch.compile(model, backend=...)``.
+
+    Raises:
+        BackendError: ``compiler_config.mode`` is ``"max-autotune"`` (GE), or the
+            decompositions are not ``{op: function}``.
 
     Example:
         >>> config = CompilerConfig()
@@ -535,7 +577,7 @@ def get_npu_backend(*, compiler_config: CompilerConfig | None = None) -> NpuBack
         >>> backend = get_npu_backend(compiler_config=config)
         >>> # model = torch.compile(model, backend=backend)
     """
-    return NpuBackend(compiler_config)
+    return NpuBackend(compiler_config, custom_decompositions)
 
 
 _default_backend: NpuBackend | None = None
