@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from npu_graph_export._dtypes import element_size
+from npu_graph_export._dtypes import element_size, proto_of_attr
 from npu_graph_export._graph import WEIGHT_ATTR
 from npu_graph_export._version import __version__
 from npu_graph_export.errors import NpuGraphExportError
@@ -137,7 +137,8 @@ def _summary(model: Any) -> dict[str, Any]:
             embedded += len(op.attr["value"].t.data)
         elif op.type == "FileConstant":
             count = math.prod(int(d) for d in op.attr["shape"].list.i)
-            external += count * (element_size(int(op.attr["dtype"].dt)) or 0)
+            proto = proto_of_attr(int(op.attr["dtype"].dt))  # a ge::DataType value
+            external += count * ((element_size(proto) if proto is not None else None) or 0)
     return {
         "model": str(model.path),
         "ops": dict(sorted(ops.items())),

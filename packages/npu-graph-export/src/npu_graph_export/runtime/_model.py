@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from npu_graph_export._dtypes import BF16, dtype_name, element_size
-from npu_graph_export._graph import DIMS_ATTR
+from npu_graph_export._dtypes import WIDENED, dtype_name, element_size, proto_of_attr, widen
+from npu_graph_export._graph import DIMS_ATTR, UNFED_ATTR
 from npu_graph_export._opdefs import OPS
 from npu_graph_export._proto import ge_ir_pb2 as ge
 from npu_graph_export.errors import (
@@ -31,7 +31,6 @@ from npu_graph_export.runtime._budget import (
 )
 from npu_graph_export.runtime._kernels import (
     KERNELS,
-    MAX_ELEMENTS,
     Array,
     Collectives,
     KernelError,
@@ -77,11 +76,6 @@ def _bad(path: object, message: str) -> ModelFormatError:
     )
 
 
-def _decode_bf16(raw: bytes) -> Array:
-    words = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
-    return words.view(np.float32)
-
-
 def _decode(raw: bytes, dtype: int, shape: Sequence[int], where: str) -> Array:
     size = element_size(dtype)
     if size is None:
@@ -89,13 +83,15 @@ def _decode(raw: bytes, dtype: int, shape: Sequence[int], where: str) -> Array:
     if any(d < 0 for d in shape):
         raise ModelFormatError(f"{where}: constant with negative dimension {list(shape)}")
     count = math.prod(shape)
-    if count > MAX_ELEMENTS or count * size != len(raw):
+    # No element cap here: the bytes are already in memory, and a weight of 2**28+ elements
+    # (a large embedding) is legitimate.
+    if count * size != len(raw):
         raise ModelFormatError(
             f"{where}: holds {len(raw)} bytes but {dtype_name(dtype)}{list(shape)} needs "
             f"{count * size}"
         )
-    if dtype == BF16:
-        return _decode_bf16(raw).reshape(shape)
+    if dtype in WIDENED:
+        return widen(raw, dtype).reshape(shape)
     return np.frombuffer(raw, dtype=numpy_dtype(dtype).newbyteorder("<")).reshape(shape)
 
 
@@ -169,7 +165,20 @@ class Model:
 
     def _parse_inputs(self, op: ge.OpDef) -> list[tuple[str, int]]:
         edges: list[tuple[str, int]] = []
-        for ref in op.input:
+        unfed = [
+            position
+            for position, ref in enumerate(op.input)
+            if not ref
+            and position < len(op.input_desc)
+            and UNFED_ATTR in op.input_desc[position].attr
+        ]
+        # Unfed optional inputs ("" plus a marked descriptor) are skipped; only trailing ones
+        # are supported, so the fed inputs keep their positions.
+        if unfed and any(ref and not ref.endswith(":-1") for ref in op.input[unfed[0] :]):
+            raise _bad(self.path, f"op {op.name!r} has an unfed optional input before a fed one")
+        for position, ref in enumerate(op.input):
+            if position in unfed:
+                continue
             producer, sep, index_text = ref.rpartition(":")
             try:
                 index = int(index_text)
@@ -240,7 +249,7 @@ class Model:
         return order
 
     def _input_infos(self) -> list[TensorInfo]:
-        data = [op for op in self.graph.op if op.type == "Data"]
+        data = [op for op in self.graph.op if op.type in _INPUT_TYPES]
         indices = sorted(int(op.attr["index"].i) if "index" in op.attr else -1 for op in data)
         if indices != list(range(len(data))):
             raise _bad(self.path, f"Data op indices {indices} are not 0..{len(data) - 1}")
@@ -330,7 +339,13 @@ class Model:
         if any(key not in op.attr for key in needed):
             raise ModelFormatError(f"{where} lacks one of the attributes {needed}")
         shape = [int(d) for d in op.attr["shape"].list.i]
-        dtype = int(op.attr["dtype"].dt)
+        # FileConstant.dtype holds a ge::DataType value, not the descriptor's proto enum.
+        dtype = proto_of_attr(int(op.attr["dtype"].dt))
+        if dtype is None:
+            raise ModelFormatError(
+                f"{where}: attribute dtype {int(op.attr['dtype'].dt)} is not a supported "
+                "ge::DataType"
+            )
         recorded = bytes(op.attr["file_path"].s).decode("utf-8", "replace")
         file = self._weight_file(recorded)
         size = element_size(dtype)
@@ -402,6 +417,18 @@ class Model:
                         f" exported with these dimensions equal ({symbol}): pass inputs that agree"
                     )
 
+    def _check_refs(self, inputs: Sequence[Any], arrays: list[Array]) -> None:
+        # A RefData input (a KV cache the model updates in place) is written through: it must
+        # be the caller's own writable array, as it is the device buffer for GE.
+        for info, given, array in zip(self.inputs, inputs, arrays, strict=True):
+            if self._ops[info.name].type != "RefData":
+                continue
+            if array is not given or not array.flags.writeable:
+                raise RuntimeInputError(
+                    f"input {info} is updated in place by the model; pass a writable numpy "
+                    f"array of dtype {info.numpy_dtype} (it receives the new values)"
+                )
+
     def run(self, *inputs: Any) -> list[Array]:
         """Execute the graph on ``inputs`` (arrays in ``Data`` index order).
 
@@ -417,11 +444,15 @@ class Model:
         # what the run holds: the budget refuses a step before its allocation would pass it.
         budget = Budget(self.max_bytes, self._held)
         arrays = self._check_inputs(inputs, budget)
+        self._check_refs(inputs, arrays)
         by_name = {info.name: array for info, array in zip(self.inputs, arrays, strict=True)}
         values: dict[str, list[Array]] = {}
         for name in self._order:
             op = self._ops[name]
             args = [values[p][i] for p, i in self._edges[name] if i >= 0]
+            if op.type == "Assign" and self._ops[self._edges[name][0][0]].type == "RefData":
+                # Readers of a RefData get a snapshot (below); Assign writes the caller's array.
+                args[0] = by_name[self._edges[name][0][0]]
             if op.type == "NetOutput":
                 budget.reserve(sum(a.nbytes for a in args), "copying the outputs")
                 return [np.array(a, copy=True) for a in args]
@@ -431,7 +462,11 @@ class Model:
     def _execute(
         self, op: ge.OpDef, args: list[Array], data: dict[str, Array], budget: Budget
     ) -> list[Array]:
-        if op.type == "Data":
+        if op.type == "RefData":
+            # A snapshot, so that ops reading the old value are unaffected by the Assign.
+            budget.reserve(data[op.name].nbytes, f"a snapshot of input {op.name!r}")
+            return [np.array(data[op.name], copy=True)]
+        if op.type in _INPUT_TYPES:
             return [data[op.name]]
         if op.type in {"Const", "FileConstant"}:
             return [self._constants[op.name]]
@@ -534,7 +569,8 @@ def _narrow(array: Array, want: np.dtype[Any], info: TensorInfo) -> Array:
     return converted
 
 
-_STRUCTURAL = frozenset({"Data", "Const", "FileConstant", "NetOutput"})
+_INPUT_TYPES = frozenset({"Data", "RefData"})
+_STRUCTURAL = frozenset({"Data", "RefData", "Const", "FileConstant", "NetOutput"})
 
 
 def _find_air(path: Path, rank: int | None) -> Path:
