@@ -157,6 +157,23 @@ def test_non_module_and_bad_config_are_type_errors(tmp_path: Path) -> None:
         ExportConfig(embed_limit_bytes=-1)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"embed_limit_bytes": -1},
+        {"embed_limit_bytes": "1GiB"},
+        {"auto_atc_config_generated": "yes"},
+        {"enable_record_nn_module_stack": 1},
+    ],
+)
+def test_bad_export_options_are_package_errors(options: dict[str, object]) -> None:
+    from npu_graph_export import ConfigError, NpuGraphExportError
+
+    with pytest.raises(ConfigError) as info:
+        ExportConfig(**options)  # type: ignore[arg-type]
+    assert isinstance(info.value, NpuGraphExportError)
+
+
 def test_symlinked_rank_directory_is_refused(tmp_path: Path) -> None:
     from npu_graph_export._paths import check_target
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from npu_graph_export._config import DEFAULT_EMBED_LIMIT_BYTES, ExportConfig
 from npu_graph_export._version import __version__
 from npu_graph_export.errors import (
+    ConfigError,
     DataDependentControlFlowError,
     ExportError,
     ExportPathError,
@@ -41,6 +42,7 @@ __all__ = [
     "ModelFormatError",
     "RuntimeInputError",
     "MemoryLimitError",
+    "ConfigError",
 ]
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "DataDependentControlFlowError",
     "RuntimeInputError",
     "MemoryLimitError",
+    "ConfigError",
 ]
 
 
@@ -93,3 +94,9 @@ class MemoryLimitError(NpuGraphExportError, MemoryError):
     """
 
     code: ClassVar[str] = "memory-limit"
+
+
+class ConfigError(NpuGraphExportError, ValueError, TypeError):
+    """An export option has a wrong value or type (``ExportConfig``, ``config=``)."""
+
+    code: ClassVar[str] = "config"
