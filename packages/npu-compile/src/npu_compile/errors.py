@@ -73,3 +73,5 @@ class NoEffectWarning(UserWarning):
     Emitted once per backend and option, when the option is set to something other than its
     default. Filter it with ``warnings.filterwarnings("ignore", category=NoEffectWarning)``.
     """
+
+    code: ClassVar[str] = "no-effect"
