@@ -36,7 +36,8 @@ def test_errors_share_one_root_keep_a_builtin_and_have_their_own_codes(name: str
         cls = getattr(errors, attribute)
         assert isinstance(cls, type), attribute
         code = getattr(cls, "code", None)
-        assert isinstance(code, str) and code, f"{attribute} has no code"
+        assert isinstance(code, str), f"{attribute} has no code"
+        assert code, f"{attribute} has an empty code"
         if issubclass(cls, Warning):
             assert issubclass(cls, UserWarning), attribute
             continue
