@@ -6,11 +6,15 @@ PyTorch) is exported with ``dynamo_export`` twice, static and dynamic batch/sequ
 convert + write time, ``.air`` / ``dynamo.pbtxt`` / weight-file bytes, GE op count, runtime load
 and run time, and the largest difference from eager (a faithfulness check, not a speed claim).
 The biggest size uses ``embed_limit_bytes=0`` too, to show the FileConstant layout.
+Then stock ``transformers`` models (tiny random configs, 64 hidden, 2 layers) are exported as
+users call them (``input_ids``, ``attention_mask``, ``use_cache=False``), static and dynamic,
+with export seconds, GE ops and the runtime's largest difference from eager (skipped when
+transformers is missing, or with ``--no-hf``).
 
     python benchmarks/export_scale.py [--sizes 64x2,128x4,256x4,512x8] [--out benchmarks/results]
 
-Prints a table and writes ``benchmarks/results/export_scale.json``. Needs torch and
-npu-graph-export only.
+Prints tables and writes ``benchmarks/results/export_scale.json``. Needs torch and
+npu-graph-export (and transformers for the second table).
 """
 
 from __future__ import annotations
@@ -135,10 +139,92 @@ def measure(dim: int, layers: int, *, dynamic: bool, embed_limit: int | None) ->
     return row
 
 
+def _hf_models() -> dict[str, Any]:
+    """Tiny random configs of stock transformers models (never downloaded)."""
+    import transformers as t
+
+    common: dict[str, Any] = {
+        "vocab_size": VOCAB,
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "max_position_embeddings": 64,
+    }
+    kv = {**common, "num_key_value_heads": 2}
+    return {
+        "gpt2": lambda: t.GPT2LMHeadModel(
+            t.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64)
+        ),
+        "llama": lambda: t.LlamaForCausalLM(t.LlamaConfig(**kv)),
+        "qwen2": lambda: t.Qwen2ForCausalLM(t.Qwen2Config(**kv)),
+        "mistral": lambda: t.MistralForCausalLM(t.MistralConfig(**kv)),
+        "phi3": lambda: t.Phi3ForCausalLM(t.Phi3Config(**kv, pad_token_id=0)),
+        "gemma2": lambda: t.Gemma2ForCausalLM(t.Gemma2Config(**kv, head_dim=16)),
+        "opt": lambda: t.OPTForCausalLM(
+            t.OPTConfig(
+                vocab_size=VOCAB,
+                hidden_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                ffn_dim=128,
+                word_embed_proj_dim=64,
+            )
+        ),
+        "bert": lambda: t.BertModel(
+            t.BertConfig(
+                vocab_size=VOCAB,
+                hidden_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=128,
+            )
+        ),
+    }
+
+
+def measure_hf(name: str, build: Any, *, dynamic: bool) -> dict[str, Any]:
+    """Export a stock transformers model as users call it; run it with a padded mask."""
+    torch.manual_seed(0)
+    model = build().eval()
+    extra = {} if name == "bert" else {"use_cache": False}
+    ids = torch.randint(0, VOCAB, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.int64)
+    mask[1, :5] = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "export"
+        start = time.perf_counter()
+        result = dynamo_export(
+            model=model,
+            export_path=out,
+            dynamic=dynamic,
+            input_ids=ids,
+            attention_mask=mask,
+            **extra,
+        )
+        export_s = time.perf_counter() - start
+        run_ids, run_mask = (ids[:, :11], mask[:, :11]) if dynamic else (ids, mask)
+        start = time.perf_counter()
+        got = runtime.load(out).run(run_ids.numpy(), run_mask.numpy())[0]
+        run_s = time.perf_counter() - start
+        with torch.no_grad():
+            expected = model(input_ids=run_ids, attention_mask=run_mask, **extra)[0].numpy()
+    return {
+        "model": name,
+        "dynamic": dynamic,
+        "params": sum(p.numel() for p in model.parameters()),
+        "ge_ops": sum(result.ops.values()),
+        "export_s": round(export_s, 3),
+        "runtime_run_s": round(run_s, 3),
+        "max_abs_diff": float(np.abs(got - expected).max()),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="64x2,128x4,256x4,512x8", help="DIMxLAYERS,...")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument("--no-hf", action="store_true", help="skip the stock transformers models")
     args = parser.parse_args()
     try:
         sizes = [(int(d), int(n)) for d, n in (item.split("x") for item in args.sizes.split(","))]
@@ -169,6 +255,32 @@ def main() -> None:
             f"{r['pbtxt_bytes'] / 2**10:>9.1f} {r['weight_file_bytes'] / 2**20:>11.2f} "
             f"{r['runtime_run_s']:>6.3f} {r['max_abs_diff']:>9.2e}"
         )
+    hf_rows: list[dict[str, Any]] = []
+    if not args.no_hf:
+        try:
+            models = _hf_models()
+        except ImportError:
+            print("transformers is not installed: skipping the Hugging Face rows")
+            models = {}
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tiny-config notes from transformers
+            for name, build in models.items():
+                for dynamic in (False, True):
+                    hf_rows.append(measure_hf(name, build, dynamic=dynamic))
+        if hf_rows:
+            print()
+            print(
+                f"{'model':>8} {'dyn':>4} {'params':>8} {'ops':>5} {'export s':>8} "
+                f"{'run s':>6} {'max diff':>9}"
+            )
+            for r in hf_rows:
+                print(
+                    f"{r['model']:>8} {'yes' if r['dynamic'] else 'no':>4} {r['params']:>8} "
+                    f"{r['ge_ops']:>5} {r['export_s']:>8.2f} {r['runtime_run_s']:>6.3f} "
+                    f"{r['max_abs_diff']:>9.2e}"
+                )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     document = {
@@ -178,6 +290,7 @@ def main() -> None:
         "machine": platform.machine(),
         "note": "CPU timings on a shared machine; compare rows, not machines",
         "rows": rows,
+        "transformers_rows": hf_rows,
     }
     target = out / "export_scale.json"
     tmp = target.with_suffix(".json.tmp")

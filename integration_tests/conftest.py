@@ -29,14 +29,14 @@ def _fresh_state() -> Iterator[None]:
 
 
 @pytest.fixture(params=["dynamo-graph", "aten-graph"])
-def cpu_replay(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def cpu_replay(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run an example with both graphs the CPU emulation can replay.
 
     On CPU the backend replays Dynamo's graph (cheaper Python); devices capture the ATen graph
     after the stream pass. The ``aten-graph`` run puts that device path through the runner here.
     """
-    import npu_compile.backend
+    from npu_compile._pipeline import replaying_aten_graph_on_cpu
 
     param: str = request.param
-    monkeypatch.setattr(npu_compile.backend, "CPU_REPLAYS_DYNAMO_GRAPH", param == "dynamo-graph")
-    return param
+    with replaying_aten_graph_on_cpu(param == "aten-graph"):
+        yield param

@@ -46,11 +46,9 @@ def _pair() -> tuple[Cached, Cached]:
     return model, reference
 
 
-@pytest.mark.parametrize("dynamo_graph", [True, False], ids=["cpu-replays-dynamo", "aten"])
 def test_round_trip_equals_eager_and_counts_captures_and_replays(
-    runner_spy: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, dynamo_graph: bool
+    runner_spy: list[dict[str, Any]], dynamo_graph: bool
 ) -> None:
-    monkeypatch.setattr(npu_compile.backend, "CPU_REPLAYS_DYNAMO_GRAPH", dynamo_graph)
     model, reference = _pair()
     backend = get_npu_backend()
     compiled = torch.compile(model, backend=backend, dynamic=False, fullgraph=True)
@@ -100,11 +98,7 @@ def test_new_user_tensors_are_copied_in_each_call() -> None:
     torch.testing.assert_close(model.cache, reference.cache)
 
 
-@pytest.mark.parametrize("dynamo_graph", [True, False], ids=["cpu-replays-dynamo", "aten"])
-def test_dynamic_true_gives_one_fx_graph_and_one_capture_per_shape(
-    monkeypatch: pytest.MonkeyPatch, dynamo_graph: bool
-) -> None:
-    monkeypatch.setattr(npu_compile.backend, "CPU_REPLAYS_DYNAMO_GRAPH", dynamo_graph)
+def test_dynamic_true_gives_one_fx_graph_and_one_capture_per_shape(dynamo_graph: bool) -> None:
     model, reference = _pair()
     backend = get_npu_backend()
     compiled = torch.compile(model, backend=backend, dynamic=True)
@@ -159,7 +153,7 @@ def test_backend_snapshots_its_config() -> None:
     config = CompilerConfig()
     backend = get_npu_backend(compiler_config=config)
     config.debug.run_eagerly = True
-    assert backend.config.debug.run_eagerly is False
+    assert not backend.config.debug.run_eagerly
     assert backend == get_npu_backend()
     assert hash(backend) == hash(get_npu_backend())
     with pytest.raises(BackendError, match="CompilerConfig"):

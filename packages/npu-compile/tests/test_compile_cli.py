@@ -137,9 +137,9 @@ def test_demo_fails_when_nothing_was_captured(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Every FX graph falls back to eager: identical tokens would then prove nothing.
-    from npu_compile import backend
+    from npu_compile import _pipeline
 
-    monkeypatch.setattr(backend, "_uncapturable_reason", lambda gm, inputs: "test says no")
+    monkeypatch.setattr(_pipeline, "uncapturable_reason", lambda gm, inputs: "test says no")
     assert main(["demo", "--tokens", "3", "--quiet", "--device", "cpu", *SMALL]) == 1
     captured = capsys.readouterr()
     assert "captured no graph" in captured.err
@@ -147,10 +147,10 @@ def test_demo_fails_when_nothing_was_captured(
 
 
 def test_decode_bench_flags_a_variant_that_fell_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from npu_compile import backend
+    from npu_compile import _pipeline
     from npu_compile._demo_model import DemoConfig
 
-    monkeypatch.setattr(backend, "_uncapturable_reason", lambda gm, inputs: "test says no")
+    monkeypatch.setattr(_pipeline, "uncapturable_reason", lambda gm, inputs: "test says no")
     report = _bench.decode_step_bench(
         torch.device("cpu"), steps=1, config=DemoConfig(layers=1, dim=32)
     )

@@ -12,16 +12,16 @@ def test_defaults_follow_torchair() -> None:
     config = CompilerConfig()
     assert config.mode == "reduce-overhead"
     assert config.aclgraph_config.use_custom_pool is None
-    assert config.debug.aclgraph.disable_mempool_reuse_in_same_fx is False
-    assert config.debug.aclgraph.clone_input is True
-    assert config.debug.aclgraph.enable_output_clone is False
+    assert config.get("debug.aclgraph.disable_mempool_reuse_in_same_fx") is False
+    assert config.get("debug.aclgraph.clone_input") is True
+    assert config.get("debug.aclgraph.enable_output_clone") is False
     assert config.debug.aclgraph.static_capture_size_limit == 64
-    assert config.debug.run_eagerly is False
-    assert config.experimental_config.frozen_parameter is False
-    assert config.experimental_config.aclgraph._aclnn_static_shape_kernel is False
+    assert config.get("debug.run_eagerly") is False
+    assert config.get("experimental_config.frozen_parameter") is False
+    assert config.get("experimental_config.aclgraph._aclnn_static_shape_kernel") is False
     assert config.experimental_config.aclgraph._aclnn_static_shape_kernel_build_dir is None
-    assert config.export.experimental.auto_atc_config_generated is False
-    assert config.export.experimental.enable_record_nn_module_stack is False
+    assert config.get("export.experimental.auto_atc_config_generated") is False
+    assert config.get("export.experimental.enable_record_nn_module_stack") is False
     assert DeepPathConfig is CompilerConfig
 
 
@@ -73,10 +73,10 @@ def test_unknown_read_is_an_attribute_error() -> None:
         ("debug.aclgraph.static_capture_size_limit", 0, "int in [1,"),
         ("debug.aclgraph.static_capture_size_limit", True, "int in [1,"),
         ("debug.aclgraph.static_capture_size_limit", 2.0, "int in [1,"),
-        ("mode", "fast", "'reduce-overhead', 'npugraph_ex'"),
+        ("mode", "fast", "'reduce-overhead', 'npugraph_ex', 'max-autotune'"),
         ("aclgraph_config.use_custom_pool", 3, "graph_pool_handle"),
-        # A raw torch.npu/torch.cuda pool id tuple: point to the handle that carries the device.
-        ("aclgraph_config.use_custom_pool", (0, 7), "npu_mempool.graph_pool_handle(device)"),
+        ("aclgraph_config.use_custom_pool", (0, "7"), "torch.cuda.graph_pool_handle()"),
+        ("aclgraph_config.use_custom_pool", (0, 1, 2), "torch.npu.graph_pool_handle()"),
         ("experimental_config.aclgraph._aclnn_static_shape_kernel_build_dir", "", "directory path"),
     ],
 )
@@ -90,12 +90,16 @@ def test_wrong_values_name_what_is_allowed(path: str, value: object, allowed: st
     assert config.get(path) == before  # a refused value leaves the option unchanged
 
 
-def test_max_autotune_is_refused_with_an_explanation() -> None:
+def test_max_autotune_is_accepted_by_the_config_and_refused_by_the_backend() -> None:
+    from npu_compile import BackendError, get_npu_backend
+
     config = CompilerConfig()
-    with pytest.raises(ConfigError, match=r"Graph Engine.*reduce-overhead"):
-        config.mode = "max-autotune"
+    config.mode = "max-autotune"  # TorchAir's default: a script may set it explicitly
+    with pytest.raises(BackendError, match=r"Graph Engine.*runs reduce-overhead.*instead"):
+        get_npu_backend(compiler_config=config)
     config.mode = "npugraph_ex"  # TorchAir's alias of reduce-overhead
     assert config.mode == "npugraph_ex"
+    get_npu_backend(compiler_config=config)
 
 
 def test_groups_cannot_be_replaced() -> None:
@@ -147,11 +151,11 @@ def test_npugraph_ex_options_map_onto_the_tree() -> None:
             "frozen_parameter": True,
         }
     )
-    assert derived.debug.aclgraph.disable_mempool_reuse_in_same_fx is True
+    assert derived.get("debug.aclgraph.disable_mempool_reuse_in_same_fx") is True
     assert derived.debug.aclgraph.static_capture_size_limit == 3
-    assert derived.debug.aclgraph.enable_output_clone is True
-    assert derived.debug.run_eagerly is True
-    assert derived.experimental_config.frozen_parameter is True
+    assert derived.get("debug.aclgraph.enable_output_clone") is True
+    assert derived.get("debug.run_eagerly") is True
+    assert derived.get("experimental_config.frozen_parameter") is True
     assert base == CompilerConfig()  # the original is untouched
     assert set(NPUGRAPH_EX_OPTIONS) >= {"use_graph_pool", "clone_input", "static_kernel_compile"}
 

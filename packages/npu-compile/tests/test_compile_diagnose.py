@@ -1,4 +1,5 @@
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,3 +77,44 @@ def test_accelerator_timings_are_separated() -> None:
     assert report.separable is True
     assert report.eager.device_ms is not None
     assert report.eager.device_ms > 0
+
+
+def test_trace_and_json_of_a_diagnosis(tmp_path: Path) -> None:
+    import json
+
+    from npu_compile._diagnose import diagnose
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    trace = tmp_path / "sub" / "trace.json"
+    report = diagnose(model, torch.randn(2, 8), steps=2, warmup=1, trace=trace)
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {event.get("name") for event in events}
+    assert {"npu_mempool.replay", "npu_mempool.copy_inputs"} <= names
+    document = json.loads(json.dumps(report.to_dict()))
+    assert document["verdict"] == report.verdict
+    assert document["eager"]["host_ms"] > 0
+    assert document["compiled"]["label"] == "reduce-overhead"
+
+
+def test_load_step_names_the_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from npu_compile._diagnose import load_step
+
+    (tmp_path / "user_steps.py").write_text(
+        "import torch\n"
+        "def make():\n"
+        "    return torch.nn.Linear(4, 4), (torch.randn(1, 4),)\n"
+        "def wrong():\n"
+        "    return 3\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn, inputs = load_step("user_steps:make")
+    assert callable(fn)
+    assert len(inputs) == 1
+    for spec, message in [
+        ("user_steps", "MODULE:FACTORY"),
+        ("no_such_module_here:make", "cannot import"),
+        ("user_steps:missing", "no callable"),
+        ("user_steps:wrong", "must return"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            load_step(spec)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from npu_graph_export._proto import ge_ir_pb2 as ge
 from torch import nn
 
 VOCAB = 64
@@ -176,3 +178,342 @@ def decoder() -> Callable[..., nn.Module]:
 @pytest.fixture
 def make_tokens() -> Callable[..., torch.Tensor]:
     return tokens
+
+
+# -- GE IR conformance -------------------------------------------------------------------------
+# The reference below is written from GE's operator definitions (the REG_OP declarations in
+# CANN's op_proto headers, also carried by TorchAir's generated op builders), not from this
+# package's own tables, so an export is checked against what GE will read.
+# Inputs: "name" required, "name?" optional, "name*" dynamic (name0, name1, ...).
+# Attributes: name -> (AttrDef field, required); "list.i" is an int list.
+
+
+@dataclass(frozen=True)
+class GeOp:
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: dict[str, tuple[str, bool]]
+
+
+GE_OPS: dict[str, GeOp] = {
+    "Abs": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "Add": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "NetOutput": GeOp(("input*",), (), {}),  # GE framework op; inputs named input0..
+    "Assign": GeOp(
+        ("ref", "value"), ("ref",), {"validate_shape": ("b", False), "use_locking": ("b", False)}
+    ),  # elewise_calculation_ops.h
+    "BatchMatMulV2": GeOp(
+        ("x1", "x2", "bias?", "offset_w?"),
+        ("y",),
+        {"adj_x1": ("b", False), "adj_x2": ("b", False), "offset_x": ("i", False)},
+    ),  # matrix_calculation_ops.h
+    "BitwiseAnd": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "BitwiseOr": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "BroadcastTo": GeOp(("x", "shape"), ("y",), {}),  # pad_ops.h
+    "Cast": GeOp(("x",), ("y",), {"dst_type": ("i", True)}),  # elewise_calculation_ops.h
+    "ConcatV2": GeOp(("x*", "concat_dim"), ("y",), {"N": ("i", False)}),  # split_combination_ops.h
+    "Const": GeOp((), ("y",), {"value": ("t", False)}),  # array_ops.h
+    "Cos": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "Cumsum": GeOp(
+        ("x", "axis"), ("y",), {"exclusive": ("b", False), "reverse": ("b", False)}
+    ),  # selection_ops.h
+    "Data": GeOp(("x",), ("y",), {"index": ("i", False)}),  # array_ops.h
+    "Equal": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "Erf": GeOp(("x",), ("y",), {}),  # math_ops.h
+    "Exp": GeOp(
+        ("x",), ("y",), {"base": ("f", False), "scale": ("f", False), "shift": ("f", False)}
+    ),  # elewise_calculation_ops.h
+    "ExpandDims": GeOp(("x", "axis"), ("y",), {}),  # array_ops.h
+    "FileConstant": GeOp(
+        (),
+        ("y",),
+        {
+            "file_path": ("s", False),
+            "file_id": ("s", False),
+            "shape": ("list.i", True),
+            "dtype": ("dt", True),
+        },
+    ),  # array_ops.h
+    "Fill": GeOp(("dims", "value"), ("y",), {}),  # pad_ops.h
+    "FloorDiv": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "Gather": GeOp(
+        ("x", "indices"),
+        ("y",),
+        {
+            "validate_indices": ("b", False),
+            "batch_dims": ("i", False),
+            "is_preprocessed": ("b", False),
+            "negative_index_support": ("b", False),
+        },
+    ),  # selection_ops.h
+    "GatherElements": GeOp(("x", "index"), ("y",), {"dim": ("i", False)}),  # selection_ops.h
+    "GatherV2": GeOp(
+        ("x", "indices", "axis"),
+        ("y",),
+        {
+            "batch_dims": ("i", False),
+            "is_preprocessed": ("b", False),
+            "negative_index_support": ("b", False),
+        },
+    ),  # selection_ops.h
+    "Gelu": GeOp(("x",), ("y",), {}),  # nonlinear_fuc_ops.h
+    "GeluV2": GeOp(("x",), ("y",), {"approximate": ("s", False)}),  # nonlinear_fuc_ops.h
+    "Greater": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "GreaterEqual": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "HcomAllGather": GeOp(
+        ("x",),
+        ("y",),
+        {
+            "rank_size": ("i", True),
+            "group": ("s", True),
+            "fusion": ("i", False),
+            "fusion_id": ("i", False),
+        },
+    ),  # hcom_ops.h
+    "HcomAllReduce": GeOp(
+        ("x",),
+        ("y",),
+        {
+            "reduction": ("s", True),
+            "group": ("s", True),
+            "fusion": ("i", False),
+            "fusion_id": ("i", False),
+        },
+    ),  # hcom_ops.h
+    "HcomReduceScatter": GeOp(
+        ("x",),
+        ("y",),
+        {
+            "reduction": ("s", True),
+            "fusion": ("i", False),
+            "fusion_id": ("i", False),
+            "group": ("s", True),
+            "rank_size": ("i", True),
+        },
+    ),  # hcom_ops.h
+    "Identity": GeOp(("x",), ("y",), {}),  # array_ops.h
+    "IndexByTensor": GeOp(
+        ("x", "indices*"), ("y",), {"indices_mask": ("list.i", False)}
+    ),  # selection.h
+    "LayerNorm": GeOp(
+        ("x", "gamma", "beta"),
+        ("y", "mean", "variance"),
+        {
+            "begin_norm_axis": ("i", False),
+            "begin_params_axis": ("i", False),
+            "epsilon": ("f", False),
+        },
+    ),  # nn_norm_ops.h
+    "Less": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "LessEqual": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "Log": GeOp(
+        ("x",), ("y",), {"base": ("f", False), "scale": ("f", False), "shift": ("f", False)}
+    ),  # elewise_calculation_ops.h
+    "LogSoftmaxV2": GeOp(
+        ("logits",), ("logsoftmax",), {"axes": ("list.i", False)}
+    ),  # nn_norm_ops.h
+    "LogicalAnd": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "LogicalNot": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "LogicalOr": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "MatMulV2": GeOp(
+        ("x1", "x2", "bias?", "offset_w?"),
+        ("y",),
+        {"transpose_x1": ("b", False), "transpose_x2": ("b", False), "offset_x": ("i", False)},
+    ),  # matrix_calculation_ops.h
+    "Maximum": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "Minimum": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "Mul": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "Neg": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "NotEqual": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "OnesLike": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "Pack": GeOp(
+        ("x*",), ("y",), {"axis": ("i", False), "N": ("i", True)}
+    ),  # split_combination_ops.h
+    "Pow": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "Range": GeOp(("start", "limit", "delta"), ("y",), {}),  # selection_ops.h
+    "RealDiv": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "Reciprocal": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "ReduceMax": GeOp(("x", "axes"), ("y",), {"keep_dims": ("b", False)}),  # reduce_ops.h
+    "ReduceMean": GeOp(
+        ("x", "axes"), ("y",), {"keep_dims": ("b", False), "noop_with_empty_axes": ("b", False)}
+    ),  # reduce_ops.h
+    "ReduceSum": GeOp(("x", "axes"), ("y",), {"keep_dims": ("b", False)}),  # reduce_ops.h
+    "RefData": GeOp(("x",), ("y",), {"index": ("i", False)}),  # array_ops.h
+    "Relu": GeOp(("x",), ("y",), {}),  # nonlinear_fuc_ops.h
+    "Reshape": GeOp(
+        ("x", "shape"), ("y",), {"axis": ("i", False), "num_axes": ("i", False)}
+    ),  # array_ops.h
+    "Rsqrt": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "SelectV2": GeOp(("condition", "then", "else"), ("result",), {}),  # selection_ops.h
+    "Shape": GeOp(("x",), ("y",), {"dtype": ("i", False)}),  # array_ops.h
+    "Sigmoid": GeOp(("x",), ("y",), {}),  # nonlinear_fuc_ops.h
+    "Sin": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "SoftmaxV2": GeOp(
+        ("x",), ("y",), {"axes": ("list.i", False), "half_to_float": ("b", False)}
+    ),  # nn_norm_ops.h
+    "SplitV": GeOp(
+        ("x", "size_splits", "split_dim"), ("y*",), {"num_split": ("i", True)}
+    ),  # split_combination_ops.h
+    "Sqrt": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "Squeeze": GeOp(("x",), ("y",), {"axis": ("list.i", False)}),  # array_ops.h
+    "StridedSliceV2": GeOp(
+        ("x", "begin", "end", "axes?", "strides?"),
+        ("y",),
+        {
+            "begin_mask": ("i", False),
+            "end_mask": ("i", False),
+            "ellipsis_mask": ("i", False),
+            "new_axis_mask": ("i", False),
+            "shrink_axis_mask": ("i", False),
+        },
+    ),  # selection_ops.h
+    "Sub": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "Swish": GeOp(("x",), ("y",), {"scale": ("f", False)}),  # nonlinear_fuc_ops.h
+    "TensorScatterUpdate": GeOp(
+        ("x", "indices", "updates"), ("y",), {}
+    ),  # matrix_calculation_ops.h
+    "Tanh": GeOp(("x",), ("y",), {}),  # nonlinear_fuc_ops.h
+    "Transpose": GeOp(("x", "perm"), ("y",), {}),  # transformation_ops.h
+    "Tril": GeOp(("x",), ("y",), {"diagonal": ("i", False)}),  # matrix_calculation_ops.h
+    "Triu": GeOp(("x",), ("y",), {"diagonal": ("i", False)}),  # matrix_calculation_ops.h
+    "ZerosLike": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+}
+
+GE_C_DATATYPE = {
+    "DT_FLOAT": 0,
+    "DT_FLOAT16": 1,
+    "DT_INT8": 2,
+    "DT_INT32": 3,
+    "DT_UINT8": 4,
+    "DT_INT16": 6,
+    "DT_UINT16": 7,
+    "DT_UINT32": 8,
+    "DT_INT64": 9,
+    "DT_UINT64": 10,
+    "DT_DOUBLE": 11,
+    "DT_BOOL": 12,
+    "DT_COMPLEX64": 16,
+    "DT_COMPLEX128": 17,
+    "DT_BF16": 27,
+    "DT_FLOAT8_E5M2": 35,
+    "DT_FLOAT8_E4M3FN": 36,
+}
+"""ge::DataType (the C enum GE casts dtype-valued attributes to), by enum name."""
+
+# Attributes GE ignores or that tools read; GE skips names starting with "_".
+_EXTRA_ATTRS = {"nn_module_stack"}
+_NAME_MAPS = ("_input_name_key", "_input_name_value", "_output_name_key", "_output_name_value")
+
+
+def _expand_names(names: tuple[str, ...], count: int) -> list[str]:
+    fixed = [n for n in names if not n.endswith("*")]
+    out: list[str] = []
+    for name in names:
+        if name.endswith("*"):
+            out += [f"{name[:-1]}{i}" for i in range(count - len(fixed))]
+        else:
+            out.append(name.rstrip("?"))
+    return out
+
+
+def _attr_kind(value: ge.AttrDef) -> str:
+    field = value.WhichOneof("value")
+    if field == "list":
+        if value.list.val_type == ge.AttrDef.ListValue.VT_LIST_STRING or value.list.s:
+            return "list.s"
+        if value.list.val_type == ge.AttrDef.ListValue.VT_LIST_FLOAT or value.list.f:
+            return "list.f"
+        return "list.i"
+    return str(field)
+
+
+def _c_of_proto(proto: int) -> int:
+    return GE_C_DATATYPE[ge.DataType.Name(proto)]
+
+
+def check_ge_graph(graph: ge.GraphDef) -> set[str]:
+    """Assert every op of ``graph`` is as GE's op definitions declare it; return the op types."""
+    ops = {op.name: op for op in graph.op}
+    for op in graph.op:
+        where = f"{op.type} {op.name!r}"
+        assert op.type in GE_OPS, f"{where}: not in the GE op table"
+        spec = GE_OPS[op.type]
+        data_inputs = [ref for ref in op.input if not ref.endswith(":-1")]
+        if op.type in {"Data", "RefData"}:
+            # Graph inputs: no input edge, but an input descriptor "x" equal to the output's.
+            assert not data_inputs, where
+            assert [d.name for d in op.input_desc] == ["x"], where
+            assert op.input_desc[0].dtype == op.output_desc[0].dtype, where
+            data_inputs = [f"{op.name}:0"]
+        assert len(data_inputs) == len(op.input_desc), where
+        want = _expand_names(spec.inputs, len(op.input_desc))
+        assert [d.name for d in op.input_desc] == want, where
+        for name, ref, desc in zip(want, data_inputs, op.input_desc, strict=True):
+            optional = f"{name}?" in spec.inputs
+            if not ref:
+                assert optional, f"{where}: required input {name} unfed"
+                assert desc.attr["_is_unfed_optional"].i == 1, where
+                assert desc.dtype == ge.DT_UNDEFINED, where
+            else:
+                producer, index = ref.rsplit(":", 1)
+                assert producer in ops, where
+                assert int(index) >= 0, where
+                source = ops[producer].output_desc
+                assert op.type in {"Data", "RefData"} or source[int(index)].dtype == desc.dtype, (
+                    f"{where}: input {name} dtype differs from its producer's output"
+                )
+                assert "_is_unfed_optional" not in desc.attr, where
+                assert desc.layout == "ND", where
+                assert desc.dtype != ge.DT_UNDEFINED, where
+        assert [d.name for d in op.output_desc] == _expand_names(
+            spec.outputs, len(op.output_desc)
+        ), where
+        if not any(n.endswith("*") for n in spec.outputs):
+            assert len(op.output_desc) == len(spec.outputs), where
+        for name, value in op.attr.items():
+            if name.startswith("_") or name in _EXTRA_ATTRS:
+                continue
+            assert name in spec.attrs, f"{where}: attribute {name!r} is not in GE's IR"
+            assert _attr_kind(value) == spec.attrs[name][0], f"{where}: {name} type"
+        for name, (_, required) in spec.attrs.items():
+            assert not required or name in op.attr, f"{where}: lacks required {name}"
+        # GE's loader maps input/output names to indices from these four lists only.
+        assert all(key in op.attr for key in _NAME_MAPS), where
+        assert list(op.attr["_input_name_key"].list.s) == [
+            d.name.encode() for d in op.input_desc
+        ], where
+        assert list(op.attr["_input_name_value"].list.i) == list(range(len(op.input_desc)))
+        assert list(op.attr["_output_name_key"].list.s) == [
+            d.name.encode() for d in op.output_desc
+        ], where
+        assert list(op.attr["_output_name_value"].list.i) == list(range(len(op.output_desc)))
+        # Dtype-valued attributes hold ge::DataType values, matching the output descriptor.
+        if op.type == "Cast":
+            assert op.attr["dst_type"].i == _c_of_proto(op.output_desc[0].dtype), where
+        if op.type == "FileConstant":
+            assert op.attr["dtype"].dt == _c_of_proto(op.output_desc[0].dtype), where
+        if op.type == "Shape":
+            assert op.attr["dtype"].i == _c_of_proto(op.output_desc[0].dtype), where
+        if op.type == "SplitV":
+            producer = ops[op.input[2].rsplit(":", 1)[0]]
+            assert op.input_desc[2].dtype == ge.DT_INT32, where
+            assert producer.type != "Const" or producer.attr["value"].t.desc.dtype == ge.DT_INT32
+        if op.type in {"Gather", "GatherV2"}:
+            producer = ops[op.input[0].rsplit(":", 1)[0]]
+            if producer.type == "Shape":
+                assert op.attr["_force_unknown_shape"].b, f"{where}: reads a size"
+        if op.type in {"Data", "RefData"}:
+            assert op.attr["index"].WhichOneof("value") == "i", where
+    return {op.type for op in graph.op}
+
+
+@pytest.fixture
+def ge_check() -> Callable[[ge.GraphDef], set[str]]:
+    """The GE conformance check of a graph (see ``check_ge_graph``)."""
+    return check_ge_graph
+
+
+@pytest.fixture
+def ge_op_table() -> dict[str, GeOp]:
+    """GE's operator definitions for every op type the exporter may write."""
+    return GE_OPS

@@ -19,7 +19,7 @@ from npu_graph_export import (
 
 class Inner(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cumsum(x, dim=0)
+        return torch.flip(x, dims=[0])
 
 
 class Outer(torch.nn.Module):
@@ -63,7 +63,7 @@ def test_unsupported_op_names_the_op_and_module_and_writes_nothing(tmp_path: Pat
     target = tmp_path / "out"
     with pytest.raises(UnsupportedOpError) as info:
         dynamo_export(torch.randn(3, 4), model=Outer(), export_path=target)
-    assert info.value.op == "aten.cumsum.default"
+    assert info.value.op == "aten.flip.default"
     assert "scan" in str(info.value)
     assert "Inner" in str(info.value)
     assert "supported_ops()" in str(info.value)
@@ -155,6 +155,23 @@ def test_non_module_and_bad_config_are_type_errors(tmp_path: Path) -> None:
         dynamo_export(torch.randn(2, 4), model=Small(), export_path=tmp_path, config=object())
     with pytest.raises(ValueError, match="embed_limit_bytes"):
         ExportConfig(embed_limit_bytes=-1)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"embed_limit_bytes": -1},
+        {"embed_limit_bytes": "1GiB"},
+        {"auto_atc_config_generated": "yes"},
+        {"enable_record_nn_module_stack": 1},
+    ],
+)
+def test_bad_export_options_are_package_errors(options: dict[str, object]) -> None:
+    from npu_graph_export import ConfigError, NpuGraphExportError
+
+    with pytest.raises(ConfigError) as info:
+        ExportConfig(**options)  # type: ignore[arg-type]
+    assert isinstance(info.value, NpuGraphExportError)
 
 
 def test_symlinked_rank_directory_is_refused(tmp_path: Path) -> None:

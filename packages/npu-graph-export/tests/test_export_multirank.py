@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,12 @@ SEED_SCRIPT = textwrap.dedent(
             return gathered, scattered
 
 
+    class ScatterIntoInput(torch.nn.Module):
+        def forward(self, x, out):
+            torch.distributed.reduce_scatter_tensor(out, x * 2)
+            return out + 1
+
+
     def example(rank, world_size):
         torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
         x = torch.ones([2, 2], dtype=torch.int32)
@@ -61,6 +68,8 @@ SEED_SCRIPT = textwrap.dedent(
             auto_atc_config_generated=False, enable_record_nn_module_stack=False)))
         torchair.dynamo_export(torch.ones(2, 2), model=GatherScatter(), export_path="./mp2",
                                export_name="gs", config=options)
+        torchair.dynamo_export(torch.ones(4, 2), torch.zeros(2, 2), model=ScatterIntoInput(),
+                               export_path="./mp3", export_name="rs")
         torch.distributed.destroy_process_group()
 
 
@@ -120,6 +129,12 @@ def test_tree_matches_the_seed(seed_run: Path) -> None:
         "rank_1/p1",
         "rank_1/p2",
     ]
+    assert sorted(p.name for p in (seed_run / "mp3").iterdir()) == [
+        "rank_0",
+        "rank_1",
+        "rs0.air",
+        "rs1.air",
+    ]
     assert not (seed_run / "mp2" / "model_relation_config.json").exists()
     p1 = np.fromfile(seed_run / "mp" / "rank_1" / "p1", dtype=np.float32)
     np.testing.assert_allclose(p1, [1.1] * 4)
@@ -131,12 +146,12 @@ def test_all_reduce_becomes_hcom_all_reduce_with_its_group(seed_run: Path) -> No
         (hcom,) = [op for op in graph.op if op.type == "HcomAllReduce"]
         assert hcom.attr["reduction"].s == b"sum"
         assert b"rank_list=0,1" in hcom.attr["group"].s
-        assert list(hcom.attr["ranklist"].list.i) == [0, 1]
+        assert "ranklist" not in hcom.attr  # not an attribute of GE's HcomAllReduce
         assert hcom.attr["fusion"].i == 0
         weights = {op.name: op for op in graph.op if op.type == "FileConstant"}
         paths = sorted(op.attr["file_path"].s.decode() for op in weights.values())
         assert paths == [f"mp/rank_{rank}/p1", f"mp/rank_{rank}/p2"]
-        assert all(op.attr["dtype"].dt == ge.DT_FLOAT for op in weights.values())
+        assert all(op.attr["dtype"].dt == 0 for op in weights.values())  # ge::DT_FLOAT
         assert all("nn_module_stack" in op.attr for op in graph.op if op.type == "Add")
         (data_x, _data_y) = [op for op in graph.op if op.type == "Data"]
         assert data_x.output_desc[0].dtype == ge.DT_INT32
@@ -158,6 +173,34 @@ def test_rank_zero_writes_atc_templates(seed_run: Path) -> None:
     numa = json.loads((seed_run / "mp" / "numa_config.json").read_text())
     items = numa["cluster"][0]["cluster_nodes"][0]["item_list"]
     assert items == [{"item_id": 0}, {"item_id": 1}]
+
+
+def test_collective_graphs_conform_to_ge_op_definitions(
+    seed_run: Path, ge_check: Callable[[ge.GraphDef], set[str]]
+) -> None:
+    types = ge_check(_graph(seed_run / "mp" / "mp_rank1.air"))
+    types |= ge_check(_graph(seed_run / "mp2" / "gs0.air"))
+    assert {"HcomAllReduce", "HcomAllGather", "HcomReduceScatter"} <= types
+
+
+def test_reduce_scatter_into_an_input_is_ref_data_with_assign(
+    seed_run: Path, ge_check: Callable[[ge.GraphDef], set[str]]
+) -> None:
+    graph = _graph(seed_run / "mp3" / "rs1.air")
+    assert {"RefData", "Assign", "HcomReduceScatter"} <= ge_check(graph)
+    (ref,) = [op for op in graph.op if op.type == "RefData"]
+    assert ref.name == "out"
+    (assign,) = [op for op in graph.op if op.type == "Assign"]
+    assert assign.input[0] == "out:0"
+    (net,) = [op for op in graph.op if op.type == "NetOutput"]
+    assert f"{assign.name}:-1" in net.input
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    out = np.zeros((2, 2), np.float32)
+    model = runtime.load(seed_run / "mp3", rank=1, collectives="replicated")
+    (got,) = model.run(x, out)
+    # Replicated: every rank holds x, so rank 1's chunk of the sum is 2 * (2 * x[2:]).
+    np.testing.assert_allclose(out, 4 * x[2:])
+    np.testing.assert_allclose(got, 4 * x[2:] + 1)
 
 
 def test_gather_and_scatter_collectives(seed_run: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,8 @@ from npu_graph_export._graph import GraphBuilder
 from npu_graph_export._opdefs import OPS
 from npu_graph_export._pbtxt import render_pbtxt
 from npu_graph_export._proto import ge_ir_pb2 as ge
+
+GeCheck = Callable[[ge.GraphDef], set[str]]
 
 
 class Zoo(torch.nn.Module):
@@ -42,9 +45,16 @@ class Zoo(torch.nn.Module):
 
 
 def _check(
-    model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path, dynamic: bool
+    model: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    path: Path,
+    dynamic: bool,
+    ge_check: Callable[[ge.GraphDef], set[str]],
 ) -> None:
     dynamo_export(*inputs, model=model, export_path=path, dynamic=dynamic)
+    air = ge.ModelDef()
+    air.ParseFromString((path / "export.air").read_bytes())
+    ge_check(air.graph[0])  # every op as GE's op definitions declare it
     with torch.no_grad():
         expected = model(*inputs)
     got = runtime.load(path).run(*(t.numpy() for t in inputs))
@@ -54,10 +64,10 @@ def _check(
         np.testing.assert_allclose(g, e.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_op_zoo_matches_eager(tmp_path: Path) -> None:
+def test_op_zoo_matches_eager(tmp_path: Path, ge_check: GeCheck) -> None:
     torch.manual_seed(0)
     inputs = (torch.randn(4, 6), torch.tensor([2, 0, 3]))
-    _check(Zoo().eval(), inputs, tmp_path, dynamic=False)
+    _check(Zoo().eval(), inputs, tmp_path, dynamic=False, ge_check=ge_check)
 
 
 def test_supported_ops_lists_the_decoder_ops() -> None:
@@ -165,14 +175,16 @@ class Bitwise(torch.nn.Module):
         )
 
 
-def test_bitwise_ops_on_integers_are_bitwise_and_on_masks_logical(tmp_path: Path) -> None:
+def test_bitwise_ops_on_integers_are_bitwise_and_on_masks_logical(
+    tmp_path: Path, ge_check: GeCheck
+) -> None:
     inputs = (
         torch.tensor([6, 3, 0, 12]),
         torch.tensor([3, 5, 1, 10]),
         torch.tensor([True, False, True, True]),
         torch.tensor([1.0, -1.0, 0.0, 2.0]),
     )
-    _check(Bitwise(), inputs, tmp_path, dynamic=False)
+    _check(Bitwise(), inputs, tmp_path, dynamic=False, ge_check=ge_check)
     ops = {op.type for op in runtime.load(tmp_path).graph.op}
     assert {"BitwiseAnd", "BitwiseOr", "LogicalAnd", "LogicalOr"} <= ops
 
@@ -190,8 +202,20 @@ class Clamps(torch.nn.Module):
         )
 
 
-def test_clamp_family_matches_eager(tmp_path: Path) -> None:
+def test_clamp_family_matches_eager(tmp_path: Path, ge_check: GeCheck) -> None:
     torch.manual_seed(0)
-    _check(Clamps(), (torch.randn(3, 8), torch.randn(8)), tmp_path / "f32", dynamic=True)
+    _check(
+        Clamps(),
+        (torch.randn(3, 8), torch.randn(8)),
+        tmp_path / "f32",
+        dynamic=True,
+        ge_check=ge_check,
+    )
     ints = torch.tensor([-7, 7, 3, 0])
-    _check(Clamps(), (ints, torch.tensor([1, -1, 2, 0])), tmp_path / "i64", dynamic=False)
+    _check(
+        Clamps(),
+        (ints, torch.tensor([1, -1, 2, 0])),
+        tmp_path / "i64",
+        dynamic=False,
+        ge_check=ge_check,
+    )

@@ -182,13 +182,27 @@ def test_inspect_dot_draws_one_node_per_op_and_only_declared_edges(
     declared = set(nodes)
     assert edges
     assert all(a in declared and b in declared for a, b in edges)
-    data_inputs = sum(1 for op in graph.op for ref in op.input if not ref.endswith(":-1"))
-    assert len(edges) == data_inputs + sum(
-        1 for op in graph.op for ref in op.input if ref.endswith(":-1")
-    )
+    # One edge per fed input (data or control); an unfed optional input is an empty name.
+    assert len(edges) == sum(1 for op in graph.op for ref in op.input if ref)
 
 
 def test_inspect_dot_and_json_are_exclusive(export_dir: Path) -> None:
     with pytest.raises(SystemExit) as info:
         main(["inspect", str(export_dir), "--dot", "--json"])
     assert info.value.code == 2
+
+
+def test_pbtxt_dtype_attributes_name_tensorflow_types(tmp_path: Path) -> None:
+    from npu_graph_export import ExportConfig
+
+    # Weights in files: FileConstant ops carry a dtype-valued attribute (ge::DataType numbers).
+    dynamo_export(
+        torch.randn(4, 8),
+        model=_Small().eval(),
+        export_path=str(tmp_path / "out"),
+        config=ExportConfig(embed_limit_bytes=0),
+    )
+    parsed = text_format.Parse((tmp_path / "out" / "dynamo.pbtxt").read_text(), _tf_graphdef()())
+    files = [n for n in parsed.node if n.op == "FileConstant"]
+    assert files
+    assert {n.attr["dtype"].type for n in files} == {_TF_DTYPES["DT_FLOAT"]}

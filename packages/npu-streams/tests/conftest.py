@@ -12,7 +12,9 @@ from npu_streams import _runtime
 
 
 @pytest.fixture(autouse=True)
-def fresh_events() -> Iterator[None]:
+def fresh_events(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # Tags are process-wide (on CPU too, where they keep their priority): each test starts clean.
+    monkeypatch.setattr(_runtime, "_cpu_priorities", {})
     npu_streams.reset_tagged_events()
     yield
     npu_streams.reset_tagged_events()

@@ -11,9 +11,12 @@ Port a TorchAir script by replacing ``torchair`` with ``npu_compile``::
 
 from __future__ import annotations
 
+from npu_mempool import graph_pool_handle
+
 from npu_compile import core, ops, scope
 from npu_compile._diagnose import DiagnoseReport, PhaseTiming, diagnose
 from npu_compile._export import dynamo_export
+from npu_compile._unsupported import unsupported
 from npu_compile._version import __version__
 from npu_compile.backend import NpuBackend, get_npu_backend
 from npu_compile.configs.compiler_config import CompilerConfig
@@ -22,8 +25,10 @@ from npu_compile.errors import (
     BackendError,
     ConfigError,
     DemoMismatchError,
+    NoEffectWarning,
     NpuCompileError,
     UnknownOptionError,
+    UnsupportedApiError,
 )
 
 __all__ = [
@@ -35,6 +40,8 @@ __all__ = [
     "DiagnoseReport",
     "PhaseTiming",
     "dynamo_export",
+    "graph_pool_handle",
+    "patch_for_hcom",
     "logger",
     "scope",
     "ops",
@@ -44,4 +51,27 @@ __all__ = [
     "UnknownOptionError",
     "BackendError",
     "DemoMismatchError",
+    "UnsupportedApiError",
+    "NoEffectWarning",
 ]
+
+
+def patch_for_hcom() -> None:
+    """TorchAir's collective tracing patch for torch < 2.3.1: no effect here (warns).
+
+    torch >= 2.3.1, which npu-compile requires, traces ``torch.distributed`` collectives
+    natively, as TorchAir itself says when it is called on such a torch.
+    """
+    import warnings
+
+    warnings.warn(
+        "npu_compile.patch_for_hcom() has no effect: torch >= 2.3.1 traces torch.distributed "
+        "collectives natively; remove the call",
+        NoEffectWarning,
+        stacklevel=2,
+    )
+
+
+def __getattr__(name: str) -> object:
+    # TorchAir names this package does not provide get an error that says why.
+    raise unsupported(__name__, name)

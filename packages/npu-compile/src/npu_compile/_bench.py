@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import torch
-from npu_static_kernel._io import atomic_write_json
 
 from npu_compile import _device
 from npu_compile._demo_model import DemoConfig, TinyDecoder
+from npu_compile._io import atomic_write_json
 
 __all__ = [
     "BenchRow",

@@ -15,7 +15,13 @@ from npu_compile import _device
 from npu_compile._demo_model import PROMPT_LENGTH, DemoConfig, TinyDecoder, greedy_generate
 from npu_compile.errors import DemoMismatchError
 
-__all__ = ["DemoResult", "run_demo"]
+__all__ = ["DemoResult", "run_demo", "DEMO_MAX_BYTES", "demo_model_bytes", "check_demo_size"]
+
+DEMO_MAX_BYTES = 4 << 30
+"""Largest demo model (weights, KV cache, per-block host objects) ``run_demo`` agrees to build."""
+
+_BLOCK_HOST_BYTES = 64 << 10
+"""Python objects of one decoder block (modules, parameters, hooks): about 28 KiB measured."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +85,8 @@ class DemoResult:
 
 def _bytes(count: int) -> str:
     size = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if size < 1024 or unit == "PiB":
             return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
         size /= 1024
     return f"{count} B"  # pragma: no cover - loop always returns
@@ -113,6 +119,35 @@ def _phase(stream: TextIO | None, line: str) -> None:
     if stream is not None:
         stream.write(line + "\n")
         stream.flush()
+
+
+def demo_model_bytes(config: DemoConfig) -> int:
+    """Estimate the memory of the demo model for ``config`` without building it.
+
+    Counts float32 weights (embedding, blocks, final norm, head), the static KV cache of every
+    block and the host objects of each block; activations of one decode step are far smaller.
+    """
+    dim, vocab = config.dim, config.vocab
+    # qkv + proj + up (with bias) + down (with bias) + two LayerNorms.
+    block = 3 * dim * dim + dim * dim + (4 * dim * dim + 4 * dim) + (4 * dim * dim + dim) + 4 * dim
+    cache = 2 * config.batch * config.max_seq * dim
+    floats = 2 * vocab * dim + 2 * dim + config.layers * (block + cache)
+    return 4 * floats + 8 * config.max_seq + config.layers * _BLOCK_HOST_BYTES
+
+
+def check_demo_size(config: DemoConfig, limit: int = DEMO_MAX_BYTES) -> None:
+    """Raise ``ValueError`` if the demo model for ``config`` would need more than ``limit`` bytes.
+
+    Checked before anything is allocated: ``--dim 1000000`` or ``--layers 100000`` would
+    otherwise end in an allocation failure (or exhaust the machine) while building the model.
+    """
+    needed = demo_model_bytes(config)
+    if needed > limit:
+        raise ValueError(
+            f"the demo model with {config.layers} layers of dim {config.dim} needs about "
+            f"{_bytes(needed)} (weights and KV cache), over the demo's limit of {_bytes(limit)}; "
+            "use a smaller --dim or --layers"
+        )
 
 
 def _runner_totals(runners: list[Any]) -> tuple[int, int, int | None]:
@@ -151,6 +186,7 @@ def run_demo(
     """
     if tokens < 2:
         raise ValueError(f"tokens must be >= 2 (one prefill and one decode step), got {tokens}")
+    check_demo_size(config or DemoConfig())
     device = device or _device.best_device()
     max_seq = (config or DemoConfig()).max_seq
     if PROMPT_LENGTH + tokens > max_seq:

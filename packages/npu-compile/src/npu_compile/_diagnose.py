@@ -10,10 +10,15 @@ device: all work is host work, reported as such.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import os
 import statistics
+import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 import torch
@@ -21,7 +26,14 @@ import torch
 from npu_compile import _device
 from npu_compile.configs.compiler_config import CompilerConfig
 
-__all__ = ["diagnose", "DiagnoseReport", "PhaseTiming", "HOST_BOUND", "DEVICE_BOUND"]
+__all__ = [
+    "diagnose",
+    "load_step",
+    "DiagnoseReport",
+    "PhaseTiming",
+    "HOST_BOUND",
+    "DEVICE_BOUND",
+]
 
 HOST_BOUND = "Host Bound"
 DEVICE_BOUND = "Device Bound"
@@ -81,6 +93,12 @@ class DiagnoseReport:
         if self.compiled is None or self.compiled.step_ms <= 0:
             return None
         return self.eager.step_ms / self.compiled.step_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as plain data (for ``--json``): every field, the verdict and the speedup."""
+        document = asdict(self)
+        document.update(verdict=self.verdict, speedup=self.speedup, summary=self.summary())
+        return document
 
     def summary(self) -> str:
         """One sentence: the verdict with its numbers."""
@@ -161,6 +179,7 @@ def diagnose(
     compare: bool = True,
     compiler_config: CompilerConfig | None = None,
     progress: TextIO | None = None,
+    trace: str | os.PathLike[str] | None = None,
 ) -> DiagnoseReport:
     """Measure host enqueue time vs device time per step and say Host Bound or Device Bound.
 
@@ -178,6 +197,8 @@ def diagnose(
         compiler_config: Options for the compiled phase; ``None``: defaults.
         progress: Stream for a line as each phase starts and ends (the compiled phase compiles
             and captures first, which takes seconds); ``None``: silent.
+        trace: Write a Chrome/Perfetto trace of the measured steps here (``torch.profiler``;
+            the compiled phase shows npu_mempool's capture, replay and input-copy ranges).
 
     Returns:
         A :class:`DiagnoseReport`; ``print(report)`` gives a table and the verdict.
@@ -205,7 +226,7 @@ def diagnose(
         for tensor in _state_tensors(fn):
             device = tensor.device
             break
-    with torch.no_grad():
+    with torch.no_grad(), _profiled(trace):
         _say(progress, f"  diagnose eager: {warmup} warm-up + {steps} measured steps ...")
         eager = _measure("eager", fn, inputs, device, steps, warmup)
         compiled = None
@@ -237,6 +258,59 @@ def _say(stream: TextIO | None, line: str) -> None:
     if stream is not None:
         stream.write(line + "\n")
         stream.flush()
+
+
+@contextlib.contextmanager
+def _profiled(trace: str | os.PathLike[str] | None) -> Iterator[None]:
+    if trace is None:
+        yield
+        return
+    target = Path(trace)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with torch.profiler.profile() as profiler:
+        yield
+    # Written next to the target and renamed: a reader never sees half a trace.
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        profiler.export_chrome_trace(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_step(spec: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The user's step for ``diagnose``, named ``"package.module:factory"``.
+
+    ``factory()`` returns ``(fn, inputs)``: the step and a tuple of its inputs.
+
+    Raises:
+        ValueError: the name is not ``MODULE:ATTR``, cannot be imported, or the factory does not
+            return ``(callable, tuple)``.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"--model {spec!r}: expected MODULE:FACTORY, e.g. mypkg.models:make_step")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"--model {spec!r}: cannot import {module_name!r} ({error})") from error
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise ValueError(f"--model {spec!r}: {module_name} has no callable {attribute!r}")
+    made = factory()
+    if (
+        not isinstance(made, tuple)
+        or len(made) != 2
+        or not callable(made[0])
+        or not isinstance(made[1], tuple)
+    ):
+        raise ValueError(
+            f"--model {spec!r}: {attribute}() must return (step, inputs) with inputs a tuple, "
+            f"got {type(made).__name__}"
+        )
+    return made[0], made[1]
 
 
 def _state_tensors(module: torch.nn.Module) -> list[torch.Tensor]:

@@ -6,7 +6,9 @@ from typing import Any
 
 import torch
 
+from npu_compile import _compat
 from npu_compile.configs.compiler_config import CompilerConfig
+from npu_compile.errors import ConfigError
 
 
 def dynamo_export(
@@ -35,8 +37,28 @@ def dynamo_export(
 
     Returns:
         Whatever ``npu_graph_export.dynamo_export`` returns (see its documentation).
+
+    Raises:
+        ConfigError: ``config`` is not a CompilerConfig, or sets
+            ``experimental_config.frozen_parameter`` (an export cannot promise fixed weight
+            addresses, as in TorchAir).
     """
     from npu_graph_export import dynamo_export as export
+
+    if config is None:
+        config = CompilerConfig()
+    if not isinstance(config, CompilerConfig):
+        raise ConfigError(
+            f"dynamo_export config must be an npu_compile.CompilerConfig, got "
+            f"{type(config).__name__}; build one with npu_compile.CompilerConfig()"
+        )
+    if config.experimental_config.frozen_parameter:
+        raise ConfigError(
+            "dynamo_export does not support experimental_config.frozen_parameter = True (fixed "
+            "weight addresses belong to a running process, not to an offline graph); set it to "
+            "False for the export"
+        )
+    _compat.warn_no_effect(config, set())
 
     return export(
         *args,
@@ -44,6 +66,6 @@ def dynamo_export(
         export_path=export_path,
         export_name=export_name,
         dynamic=dynamic,
-        config=config if config is not None else CompilerConfig(),
+        config=config,
         **kwargs,
     )

@@ -246,12 +246,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "tokens", 0) > _MAX_TOKENS:
         parser.error(f"--tokens must be <= {_MAX_TOKENS}, got {args.tokens}")
     if getattr(args, "dim", None) is not None:
-        from npu_compile._demo_model import DemoConfig
+        from npu_compile._demo_model import PROMPT_LENGTH, DemoConfig
 
+        tokens = getattr(args, "tokens", 0)
+        max_seq = max(DemoConfig.max_seq, PROMPT_LENGTH + tokens)  # as _demo sizes the cache
         try:
-            DemoConfig(layers=args.layers, dim=args.dim)
+            config = DemoConfig(layers=args.layers, dim=args.dim, max_seq=max_seq)
         except ValueError as error:
             parser.error(f"--dim/--layers: {error}")
+        from npu_compile._demo import check_demo_size
+
+        try:
+            # Before any allocation: a huge --dim or --layers would fail deep inside torch.
+            check_demo_size(config)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     if args.command == "bench" and not args.no_json:
         # Fail now, not after minutes of benchmarking, when the JSON cannot be written.
         out = Path(args.out)

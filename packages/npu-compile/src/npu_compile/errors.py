@@ -15,6 +15,8 @@ __all__ = [
     "UnknownOptionError",
     "BackendError",
     "DemoMismatchError",
+    "UnsupportedApiError",
+    "NoEffectWarning",
 ]
 
 
@@ -54,3 +56,22 @@ class DemoMismatchError(NpuCompileError, AssertionError):
     """The compiled model produced different tokens than eager in ``npu-compile demo``."""
 
     code: ClassVar[str] = "demo-mismatch"
+
+
+class UnsupportedApiError(NpuCompileError, AttributeError):
+    """A TorchAir public name that npu-compile does not provide; the message says why.
+
+    It is an ``AttributeError``, so ``hasattr(npu_compile, name)`` is ``False`` for such names.
+    """
+
+    code: ClassVar[str] = "unsupported-api"
+
+
+class NoEffectWarning(UserWarning):
+    """A TorchAir option that is accepted but does nothing with npu-compile (it says why).
+
+    Emitted once per backend and option, when the option is set to something other than its
+    default. Filter it with ``warnings.filterwarnings("ignore", category=NoEffectWarning)``.
+    """
+
+    code: ClassVar[str] = "no-effect"

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 from npu_graph_export._config import DEFAULT_EMBED_LIMIT_BYTES, ExportConfig
 from npu_graph_export._version import __version__
 from npu_graph_export.errors import (
+    ConfigError,
     DataDependentControlFlowError,
     ExportError,
     ExportPathError,
     GraphBreakError,
+    MemoryLimitError,
     ModelFormatError,
     NpuGraphExportError,
     RuntimeInputError,
@@ -39,6 +41,8 @@ __all__ = [
     "UnsupportedOpError",
     "ModelFormatError",
     "RuntimeInputError",
+    "MemoryLimitError",
+    "ConfigError",
 ]
 
 

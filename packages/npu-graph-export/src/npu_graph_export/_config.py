@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from npu_graph_export.errors import ConfigError
+
 DEFAULT_EMBED_LIMIT_BYTES = (2048 - 200) * 1024 * 1024
 """Above this many bytes (graph plus weights) weights leave the ``.air`` for their own files.
 
@@ -57,8 +59,16 @@ class ExportConfig:
     embed_limit_bytes: int = DEFAULT_EMBED_LIMIT_BYTES
 
     def __post_init__(self) -> None:
+        for name in ("auto_atc_config_generated", "enable_record_nn_module_stack"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(
+                    f"ExportConfig.{name} must be True or False, got {getattr(self, name)!r}"
+                )
+        limit = self.embed_limit_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise ConfigError(f"ExportConfig.embed_limit_bytes must be an int, got {limit!r}")
         if self.embed_limit_bytes < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"embed_limit_bytes must be >= 0, got {self.embed_limit_bytes}; use 0 to always "
                 "write weights to files"
             )
@@ -82,7 +92,7 @@ def resolve_config(config: Any) -> ExportConfig:
         return replace(config)  # a snapshot: later edits by the caller do not leak in
     experimental = getattr(getattr(config, "export", None), "experimental", None)
     if experimental is None:
-        raise TypeError(
+        raise ConfigError(
             f"config must be an ExportConfig or have config.export.experimental (a CompilerConfig),"
             f" got {type(config).__name__}"
         )

@@ -75,7 +75,7 @@ def convert(
 
     Raises:
         UnsupportedOpError: an ATen op has no converter (names the op and where it came from).
-        ExportError: the model mutates its inputs or returns something that is not a tensor.
+        ExportError: the model mutates a buffer or returns something that is not a tensor.
     """
     builder = GraphBuilder(graph_name)
     ctx = Context(builder)
@@ -86,11 +86,20 @@ def convert(
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
 
     # Weights first (their op name is the placeholder's), then user inputs as Data 0..n-1.
+    # Inputs the model writes in place (a KV cache): RefData inputs updated with Assign, as
+    # TorchAir writes mutated inputs, so the device buffer itself receives the new values.
+    mutated = set(signature.user_inputs_to_mutate.values())
+    # Buffers the model writes (a static KV cache registered as buffers) are state, which an
+    # offline graph keeps outside: they become RefData inputs after the user inputs.
+    mutated_buffers = set(signature.buffers_to_mutate.values())
     user_index = 0
+    state_inputs: list[fx.Node] = []
     for node in placeholders:
         spec = specs[node.name]
         value = node.meta.get("val")
-        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+        if spec.kind == InputKind.BUFFER and str(spec.target) in mutated_buffers:
+            state_inputs.append(node)
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
             tensor = state[str(spec.target)]
             tensor = tensor.detach() if isinstance(tensor, torch.Tensor) else tensor
             shape = tuple(tensor.shape)
@@ -102,7 +111,17 @@ def convert(
             symbols = [_dim_symbol(d) for d in value.shape]
             if any(symbols):
                 attrs[DIMS_ATTR] = ",".join(symbols)
-            data = builder.add1("Data", node.name, [], dtype, shape, attrs)
+            kind = "RefData" if spec.arg.name in mutated else "Data"
+            data = builder.add1(kind, node.name, [], dtype, shape, attrs)
+            op = builder.graph.op[-1]
+            op.input_desc.add().CopyFrom(op.output_desc[0])
+            op.input_desc[0].name = "x"
+            user_index += 1
+            ctx.env[node] = data
+        elif spec.kind == InputKind.USER_INPUT and isinstance(value, torch.SymInt):
+            # A Python int exported as dynamic: a 0-d int64 graph input.
+            attrs = {"index": user_index}
+            data = builder.add1("Data", node.name, [], ge.DT_INT64, (), attrs)
             op = builder.graph.op[-1]
             op.input_desc.add().CopyFrom(op.output_desc[0])
             op.input_desc[0].name = "x"
@@ -116,12 +135,24 @@ def convert(
                 "model whose inputs are tensors, parameters and buffers"
             )
 
+    for node in state_inputs:
+        value = node.meta["val"]
+        attrs = {"index": user_index}
+        ctx.env[node] = builder.add1(
+            "RefData", node.name, [], ge_dtype(value.dtype), static_shape(value), attrs
+        )
+        op = builder.graph.op[-1]
+        op.input_desc.add().CopyFrom(op.output_desc[0])
+        op.input_desc[0].name = "x"
+        user_index += 1
+
     outputs: list[Tensor] = []
+    assigns: list[Tensor] = []
     for node in program.graph.nodes:
         if node.op == "placeholder":
             continue
         if node.op == "output":
-            outputs = _outputs(ctx, program, node)
+            outputs, assigns = _outputs(ctx, program, node)
             continue
         if node.op != "call_function":
             raise UnsupportedOpError(
@@ -166,27 +197,66 @@ def convert(
                 f"{type(error).__name__}: {error}; please report this with the model"
             ) from error
     builder.scope_attrs = {}
-    builder.finish(outputs)
+    builder.finish(outputs, controls=[a.op for a in assigns])
+    _order_assigns(builder.graph, assigns)
     converted.groups = dict(ctx.groups)
     kept = {op.name for op in builder.graph.op}
     converted.weights = [w for w in converted.weights if w.op_name in kept]
     return converted
 
 
-def _outputs(ctx: Context, program: ExportedProgram, node: fx.Node) -> list[Tensor]:
+def _outputs(
+    ctx: Context, program: ExportedProgram, node: fx.Node
+) -> tuple[list[Tensor], list[Tensor]]:
+    """The graph outputs, and one ``Assign`` per input the model updates in place."""
     results: list[Tensor] = []
+    assigns: list[Tensor] = []
+    signature = program.graph_signature
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    buffers = {str(spec.target): spec.arg.name for spec in signature.input_specs if spec.target}
     values = node.args[0]
-    for spec, arg in zip(program.graph_signature.output_specs, values, strict=True):  # type: ignore[arg-type]
+    for spec, arg in zip(signature.output_specs, values, strict=True):  # type: ignore[arg-type]
+        value = ctx.value(arg)
+        if spec.kind in (OutputKind.USER_INPUT_MUTATION, OutputKind.BUFFER_MUTATION):
+            name = str(spec.target)
+            if spec.kind == OutputKind.BUFFER_MUTATION:
+                name = buffers[name]
+            ref = ctx.env[placeholders[name]]
+            ctx.node = arg if isinstance(arg, fx.Node) else node
+            new = ctx.tensor(arg, ref.dtype)
+            assigns.append(
+                ctx.builder.add1(
+                    "Assign",
+                    f"{ref.op}/Assign",
+                    [ref, new],
+                    ref.dtype,
+                    ref.shape,
+                    {"validate_shape": True, "use_locking": False},
+                )
+            )
+            continue
         if spec.kind != OutputKind.USER_OUTPUT:
             raise ExportError(
                 f"the model updates {spec.target!r} in place ({spec.kind.name}); an offline "
                 "graph has no state, so return the new value as an output instead"
             )
-        value = ctx.value(arg)
         if not isinstance(value, Tensor):
             raise ExportError(
                 f"model output {arg!s} is a {type(value).__name__}, not a tensor; return only "
                 "tensors from forward()"
             )
         results.append(value)
-    return results
+    return results, assigns
+
+
+def _order_assigns(graph: ge.GraphDef, assigns: list[Tensor]) -> None:
+    """Make every other reader of an updated input run before its ``Assign`` (control edges).
+
+    GE's RefData is the caller's buffer: an op reading the old value after the Assign would
+    see the new one.
+    """
+    for assign in assigns:
+        op = next(o for o in graph.op if o.name == assign.op)
+        ref = op.input[0]
+        readers = [o.name for o in graph.op if o.name != op.name and ref in o.input]
+        op.input.extend(f"{name}:-1" for name in readers)

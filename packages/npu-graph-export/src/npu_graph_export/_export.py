@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,7 @@ def dynamo_export(
     export_name: str = "export",
     dynamic: bool = False,
     config: Any = None,
+    dynamic_dims: Mapping[str, Sequence[int]] | None = None,
     **kwargs: Any,
 ) -> ExportResult:
     """Export ``model(*args, **kwargs)`` as an offline GE graph (``.air``) plus readable text.
@@ -143,11 +145,14 @@ def dynamo_export(
         export_path: Output directory (created if missing). Weight paths recorded in the graph
             keep this form: a relative path means ATC must run from its parent directory.
         export_name: Base name of the ``.air`` file; a plain file name.
-        dynamic: Export every input dimension as dynamic (-1 in the graph) where the model
-            allows it; ``False`` keeps the example shapes.
+        dynamic: Export every input dimension (and every Python ``int`` input) as dynamic
+            (-1 in the graph) where the model allows it; ``False`` keeps the example shapes.
         config: An :class:`ExportConfig`, or any object with
             ``config.export.experimental.auto_atc_config_generated`` and
             ``.enable_record_nn_module_stack`` (such as ``npu_compile.CompilerConfig``).
+        dynamic_dims: Dimensions to export as dynamic whatever ``dynamic`` says, by forward()
+            argument name: ``{"input_ids": [0]}`` exports a dynamic batch from a batch-1
+            example. Dimensions marked with ``torch._dynamo.mark_dynamic`` count too.
         **kwargs: Example keyword inputs of ``model``.
 
     Returns:
@@ -176,7 +181,7 @@ def dynamo_export(
     pbtxt_name = str(sub / "dynamo.pbtxt")
     check_target(root, [air_name, pbtxt_name])
 
-    program = trace(model, tuple(args), dict(kwargs), dynamic=dynamic)
+    program = trace(model, tuple(args), dict(kwargs), dynamic=dynamic, dynamic_dims=dynamic_dims)
     try:
         converted = convert(
             program, export_name, record_module_stack=options.enable_record_nn_module_stack

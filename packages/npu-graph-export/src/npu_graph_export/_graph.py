@@ -7,12 +7,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npu_graph_export._dtypes import GE_OF_NUMPY
+from npu_graph_export._dtypes import GE_OF_NUMPY, attr_of_proto
 from npu_graph_export._opdefs import OPS
 from npu_graph_export._proto import ge_ir_pb2 as ge
 
 WEIGHT_ATTR = "_weight_name"
 """Op attribute holding a weight's qualified name (``layers.0.q.weight``) on Const/FileConstant."""
+
+UNFED_ATTR = "_is_unfed_optional"
+"""Input descriptor attribute marking an optional input left unconnected (input string "")."""
+
+NAME_MAP_ATTRS = ("_input_name_key", "_input_name_value", "_output_name_key", "_output_name_value")
+"""Per-op attributes from which GE's loader builds its input/output name -> index maps."""
 
 DIMS_ATTR = "_dim_symbols"
 """Data op attribute: comma-separated symbol per dimension (empty when static), so the runtime
@@ -39,9 +45,16 @@ class Tensor:
 
 @dataclass(frozen=True)
 class DType:
-    """Marks an attribute value as a GE data type (``AttrDef.dt``) rather than a plain int."""
+    """Marks an attribute value as a data type, written in GE's attribute numbering.
+
+    ``value`` is a proto data type (``ge.DT_FLOAT``, as in tensor descriptors); the attribute
+    receives the ``ge::DataType`` value (see ``_dtypes``). ``as_int`` selects the ``i`` field,
+    for attributes GE declares ``Int`` (``Cast.dst_type``, ``Shape.dtype``); otherwise ``dt``
+    (attributes declared ``Type``, such as ``FileConstant.dtype``).
+    """
 
     value: int
+    as_int: bool = False
 
 
 AttrValue = bool | int | float | str | bytes | DType | Sequence[int] | Sequence[float] | np.ndarray
@@ -65,7 +78,10 @@ def tensor_def(array: np.ndarray) -> ge.TensorDef:
 def set_attr(target: ge.AttrDef, value: AttrValue) -> None:
     """Store a Python value in a GE ``AttrDef`` using the field GE reads for that kind."""
     if isinstance(value, DType):
-        target.dt = value.value
+        if value.as_int:
+            target.i = attr_of_proto(value.value)
+        else:
+            target.dt = attr_of_proto(value.value)
     elif isinstance(value, bool):
         target.b = value
     elif isinstance(value, int):
@@ -110,16 +126,20 @@ class GraphBuilder:
         self,
         op_type: str,
         name: str,
-        inputs: Sequence[Tensor],
+        inputs: Sequence[Tensor | None],
         outputs: Sequence[tuple[int, Shape]],
         attrs: Mapping[str, AttrValue] | None = None,
     ) -> list[Tensor]:
         """Append one op and return references to its outputs.
 
+        Optional inputs that are not fed (``None``, or left off the end) are written as GE
+        expects them: an empty input string plus a descriptor marked ``_is_unfed_optional``.
+
         Args:
             op_type: GE operator type; must be in the catalogue of ``_opdefs``.
             name: Wanted op name; made unique.
-            inputs: Producer outputs in the operator's input order.
+            inputs: Producer outputs in the operator's input order; ``None`` for an unfed
+                optional input.
             outputs: ``(dtype, shape)`` of each output.
             attrs: Operator attributes by GE attribute name.
 
@@ -128,7 +148,19 @@ class GraphBuilder:
         """
         spec = OPS[op_type]
         op = self.graph.op.add(name=self.unique(name), type=op_type)
-        for input_name, tensor in zip(spec.input_names(len(inputs)), inputs, strict=True):
+        names = spec.input_names(len(inputs))
+        fed: list[Tensor | None] = list(inputs)
+        # Trailing optional inputs are written unfed, as TorchAir's op builders do.
+        names += spec.trailing_optional(len(names))
+        fed += [None] * (len(names) - len(fed))
+        for input_name, tensor in zip(names, fed, strict=True):
+            if tensor is None:
+                if input_name not in spec.optional:
+                    raise ValueError(f"{op_type} input {input_name!r} is required")
+                op.input.append("")
+                desc = op.input_desc.add(name=input_name, dtype=ge.DT_UNDEFINED)
+                desc.attr[UNFED_ATTR].i = 1
+                continue
             op.input.append(tensor.ref)
             op.input_desc.append(tensor_desc(input_name, tensor.dtype, tensor.shape))
         for output_name, (dtype, shape) in zip(
@@ -160,20 +192,43 @@ class GraphBuilder:
         dtype = GE_OF_NUMPY[np.dtype(array.dtype)]
         return self.add1("Const", name, [], dtype, tuple(array.shape), {"value": array})
 
-    def finish(self, outputs: Sequence[Tensor]) -> ge.GraphDef:
-        """Append ``NetOutput``, drop ops nothing depends on (Data ops stay), return the graph."""
+    def finish(self, outputs: Sequence[Tensor], controls: Sequence[str] = ()) -> ge.GraphDef:
+        """Append ``NetOutput``, drop ops nothing depends on (inputs stay), return the graph.
+
+        ``controls`` names ops that produce no output but must run (``Assign``): they become
+        control inputs (``"<op>:-1"``) of ``NetOutput``.
+        """
         self.add("NetOutput", "NetOutput", outputs, [])
+        self.graph.op[-1].input.extend(f"{name}:-1" for name in controls)
         needed = {"NetOutput"}
         ops = {op.name: op for op in self.graph.op}
         stack = ["NetOutput"]
         while stack:
             for ref in ops[stack.pop()].input:
                 producer = ref.rsplit(":", 1)[0]
-                if producer not in needed:
+                if ref and producer not in needed:
                     needed.add(producer)
                     stack.append(producer)
-        kept = [op for op in self.graph.op if op.name in needed or op.type == "Data"]
+        kept = [op for op in self.graph.op if op.name in needed or op.type in _INPUT_TYPES]
         del self.graph.op[:]
         self.graph.op.extend(kept)
         self.graph.output.extend(t.ref for t in outputs)
+        for op in self.graph.op:
+            write_name_maps(op)
         return self.graph
+
+
+_INPUT_TYPES = frozenset({"Data", "RefData"})
+
+
+def write_name_maps(op: ge.OpDef) -> None:
+    """Set the four name-map attributes GE's loader reads (descriptor names in order)."""
+    in_key, in_value, out_key, out_value = (op.attr[k] for k in NAME_MAP_ATTRS)
+    for target, descs in ((in_key, op.input_desc), (out_key, op.output_desc)):
+        del target.list.s[:]
+        target.list.s.extend(desc.name.encode() for desc in descs)
+        target.list.val_type = ge.AttrDef.ListValue.VT_LIST_STRING
+    for target, descs in ((in_value, op.input_desc), (out_value, op.output_desc)):
+        del target.list.i[:]
+        target.list.i.extend(range(len(descs)))
+        target.list.val_type = ge.AttrDef.ListValue.VT_LIST_INT

@@ -28,6 +28,13 @@ class OpSpec:
         """Names of ``count`` connected inputs (dynamic inputs expanded, optional ones dropped)."""
         return _expand(self.inputs, count)
 
+    def trailing_optional(self, count: int) -> list[str]:
+        """Optional inputs after the first ``count`` (written unfed when not connected)."""
+        if any(name.endswith("*") for name in self.inputs):
+            return []
+        rest = list(self.inputs[count:])
+        return rest if all(name in self.optional for name in rest) else []
+
     def output_names(self, count: int) -> list[str]:
         """Names of ``count`` outputs (a dynamic output expanded)."""
         return _expand(self.outputs, count)
@@ -52,8 +59,10 @@ OPS: dict[str, OpSpec] = {
     "Data": _UNARY,
     "Const": OpSpec((), ("y",)),
     "FileConstant": OpSpec((), ("y",)),
-    "NetOutput": OpSpec(("x*",), ()),
+    "RefData": _UNARY,
+    "NetOutput": OpSpec(("input*",), ()),
     "Identity": _UNARY,
+    "Assign": OpSpec(("ref", "value"), ("ref",)),
     # Elementwise.
     **{
         name: _BINARY
@@ -129,6 +138,11 @@ OPS: dict[str, OpSpec] = {
     "Pack": OpSpec(("x*",), ("y",)),
     "SplitV": OpSpec(("x", "size_splits", "split_dim"), ("y*",)),
     "GatherV2": OpSpec(("x", "indices", "axis"), ("y",)),
+    "Gather": OpSpec(("x", "indices"), ("y",)),
+    "GatherElements": OpSpec(("x", "index"), ("y",)),
+    "IndexByTensor": OpSpec(("x", "indices*"), ("y",)),
+    "Cumsum": OpSpec(("x", "axis"), ("y",)),
+    "TensorScatterUpdate": OpSpec(("x", "indices", "updates"), ("y",)),
     "StridedSliceV2": OpSpec(
         ("x", "begin", "end", "axes", "strides"), ("y",), frozenset({"axes", "strides"})
     ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,6 +13,11 @@ from pathlib import Path
 from npu_graph_export.errors import ExportPathError
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
+
+_STAGING_PREFIX = ".npu-graph-export-"
+# ``.npu-graph-export-<host>-<pid>-<random>``: whose staging directory it is, so that the next
+# export can tell the leftovers of a killed process (kill -9, power loss) from live ones.
+_STAGING = re.compile(r"\.npu-graph-export-(?P<host>[A-Za-z0-9_.\-]*)-(?P<pid>[0-9]+)-[a-z0-9_]+")
 
 
 def check_export_name(name: str) -> str:
@@ -82,16 +88,66 @@ def check_target(export_path: Path, relative_files: list[str]) -> None:
             raise ExportPathError(f"{str(target)!r} is a directory; remove it or export elsewhere")
 
 
+def _host() -> str:
+    return _SAFE.sub("_", socket.gethostname())[:64] or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process (or a pid we cannot ask about): keep it
+    except OSError:
+        return True
+    return True
+
+
+def remove_stale_staging(parent: Path) -> list[Path]:
+    """Delete staging directories that dead processes on this host left in ``parent``.
+
+    Only entries named by :func:`write_files` for this host are considered, only real
+    directories (never a symlink), and only when their process no longer exists: a live export
+    (here or on another host sharing the directory) is never touched.
+
+    Returns:
+        The directories removed.
+    """
+    removed: list[Path] = []
+    host = _host()
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _STAGING.fullmatch(entry.name)
+        if match is None or match["host"] != host or int(match["pid"]) == os.getpid():
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or _alive(int(match["pid"])):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
 def write_files(export_path: Path, files: Mapping[str, bytes]) -> None:
     """Write ``files`` (relative path -> bytes) under ``export_path``.
 
     Everything is first written into a temporary directory next to ``export_path`` (same file
     system), then each file is moved into place with ``os.replace``, so a reader never sees a
-    truncated file and a failure while writing leaves earlier exports untouched.
+    truncated file and a failure while writing leaves earlier exports untouched. The staging
+    directory's name holds this host and process id; the staging directories of processes that
+    died before cleaning up are removed here.
     """
     parent = export_path.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".npu-graph-export-", dir=parent))
+    remove_stale_staging(parent)
+    prefix = f"{_STAGING_PREFIX}{_host()}-{os.getpid()}-"
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     try:
         for relative, data in files.items():
             path = staging / relative

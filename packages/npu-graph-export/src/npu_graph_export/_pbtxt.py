@@ -15,6 +15,7 @@ from __future__ import annotations
 from google.protobuf import text_format
 from google.protobuf.text_encoding import CEscape
 
+from npu_graph_export._dtypes import proto_of_attr
 from npu_graph_export._proto import ge_ir_pb2 as ge
 
 # Constants up to this size are written with their bytes (shapes, axes, scalars: what one wants
@@ -40,7 +41,18 @@ _TF_DTYPES: dict[int, str] = {
     ge.DT_COMPLEX64: "DT_COMPLEX64",
     ge.DT_COMPLEX128: "DT_COMPLEX128",
 }
-_UNKNOWN_RANK = [-2]  # GE's shape of a tensor whose rank is unknown
+_UNKNOWN_RANK = [-2]
+
+
+def _attr_type(value: int) -> str | None:
+    """TensorFlow's name for a dtype-valued attribute, or ``None``.
+
+    ``AttrDef.dt`` holds ge::DataType numbers, not the proto enum of tensor descriptors.
+    """
+    proto = proto_of_attr(value)
+    return (
+        None if proto is None else _TF_DTYPES.get(proto)
+    )  # GE's shape of a tensor whose rank is unknown
 
 
 def _text(message: object) -> str:
@@ -87,9 +99,10 @@ def _list(value: ge.AttrDef.ListValue) -> str | None:
     items += [f"f: {_float(f)}" for f in value.f]
     items += [f"b: {'true' if b else 'false'}" for b in value.b]
     for dt in value.dt:
-        if dt not in _TF_DTYPES:
+        name = _attr_type(dt)
+        if name is None:
             return None
-        items.append(f"type: {_TF_DTYPES[dt]}")
+        items.append(f"type: {name}")
     return "list { " + " ".join(items) + " }"
 
 
@@ -104,8 +117,8 @@ def _typed(attr: ge.AttrDef) -> str | None:
         return f"f: {_float(attr.f)}"
     if kind == "b":
         return f"b: {'true' if attr.b else 'false'}"
-    if kind == "dt" and attr.dt in _TF_DTYPES:
-        return f"type: {_TF_DTYPES[attr.dt]}"
+    if kind == "dt" and _attr_type(attr.dt) is not None:
+        return f"type: {_attr_type(attr.dt)}"
     if kind == "t":
         return _tensor(attr.t)
     if kind == "list":

@@ -9,6 +9,7 @@ import argparse
 import importlib
 import json
 import math
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from npu_graph_export._cli_common import HelpFormatter, quiet_exit
-from npu_graph_export._dtypes import element_size
+from npu_graph_export._dtypes import element_size, proto_of_attr
 from npu_graph_export._graph import WEIGHT_ATTR
 from npu_graph_export._version import __version__
 from npu_graph_export.errors import NpuGraphExportError
@@ -60,10 +61,41 @@ def _positive(text: str) -> int:
     return value
 
 
-def _load_input(path: str) -> Any:
+def _max_bytes(text: str) -> int:
+    from npu_graph_export.runtime._budget import parse_bytes
+
     try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, EOFError) as error:
+        return parse_bytes(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _load_input(path: str, budget: Any) -> Any:
+    """Read a ``.npy`` file after checking the size its header declares (budget, file size)."""
+    from numpy.lib import format as npy
+
+    try:
+        with open(path, "rb") as handle:
+            version = npy.read_magic(handle)
+            if version == (1, 0):
+                shape, _, dtype = npy.read_array_header_1_0(handle)
+            elif version == (2, 0):
+                shape, _, dtype = npy.read_array_header_2_0(handle)
+            else:
+                raise ValueError(f".npy format version {version} is not supported")
+            if dtype.hasobject:
+                raise ValueError("it holds Python objects, which are not loaded")
+            declared = math.prod(shape) * dtype.itemsize
+            present = os.fstat(handle.fileno()).st_size - handle.tell()
+            if present < declared:
+                raise ValueError(
+                    f"its header declares {dtype}{list(shape)} ({declared} bytes) but the file "
+                    f"holds {present}: it is truncated"
+                )
+            budget.reserve(declared, f"--input {path} ({dtype}{list(shape)})")
+            handle.seek(0)
+            return npy.read_array(handle, allow_pickle=False)
+    except (ValueError, EOFError, TypeError, OverflowError) as error:
         raise SystemExit(
             f"error: --input {path}: not a .npy array file ({error}); save inputs with numpy.save"
         ) from error
@@ -106,7 +138,8 @@ def _summary(model: Any) -> dict[str, Any]:
             embedded += len(op.attr["value"].t.data)
         elif op.type == "FileConstant":
             count = math.prod(int(d) for d in op.attr["shape"].list.i)
-            external += count * (element_size(int(op.attr["dtype"].dt)) or 0)
+            proto = proto_of_attr(int(op.attr["dtype"].dt))  # a ge::DataType value
+            external += count * ((element_size(proto) if proto is not None else None) or 0)
     return {
         "model": str(model.path),
         "ops": dict(sorted(ops.items())),
@@ -119,7 +152,9 @@ def _summary(model: Any) -> dict[str, Any]:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from npu_graph_export import runtime
 
-    model = runtime.load(args.model, weights_dir=args.weights_dir, rank=args.rank)
+    model = runtime.load(
+        args.model, weights_dir=args.weights_dir, rank=args.rank, max_bytes=args.max_bytes
+    )
     if args.dot:
         from npu_graph_export._dot import render_dot
 
@@ -145,27 +180,45 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _random_input(info: Any, rng: np.random.Generator, dynamic_size: int, high: int) -> Any:
+def _random_input(
+    info: Any, rng: np.random.Generator, dynamic_size: int, high: int, budget: Any
+) -> Any:
     shape = [dynamic_size if d < 0 else d for d in info.shape]
     dtype = info.numpy_dtype
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(dtype)
-    return rng.integers(0, high, shape).astype(dtype)
+    # Checked before numpy allocates: a Data op may declare a dimension of 10^12. Random
+    # numbers are drawn as 64-bit values, then converted.
+    budget.reserve(math.prod(shape) * (8 + dtype.itemsize), f"random input {info}")
+    try:
+        if dtype.kind == "f":
+            return rng.standard_normal(shape).astype(dtype)
+        if dtype.kind == "b":
+            return rng.integers(0, 2, shape).astype(dtype)
+        return rng.integers(0, high, shape).astype(dtype)
+    except ValueError as error:  # a dimension numpy cannot index, even with another one 0
+        raise SystemExit(
+            f"error: cannot make a random input for {info} ({error}); pass --input files"
+        ) from error
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from npu_graph_export import runtime
+    from npu_graph_export.runtime._budget import Budget
 
     model = runtime.load(
-        args.model, weights_dir=args.weights_dir, collectives=args.collectives, rank=args.rank
+        args.model,
+        weights_dir=args.weights_dir,
+        collectives=args.collectives,
+        rank=args.rank,
+        max_bytes=args.max_bytes,
     )
+    budget = Budget(model.max_bytes, model.held_bytes)
     if args.input:
-        inputs = [_load_input(path) for path in args.input]
+        inputs = [_load_input(path, budget) for path in args.input]
     else:
         rng = np.random.default_rng(args.seed)
-        inputs = [_random_input(i, rng, args.dynamic_size, args.int_high) for i in model.inputs]
+        inputs = [
+            _random_input(i, rng, args.dynamic_size, args.int_high, budget) for i in model.inputs
+        ]
     outputs = model.run(*inputs)
     for index, output in enumerate(outputs):
         print(f"output{index}: {output.dtype} {list(output.shape)}")
@@ -174,6 +227,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             directory.mkdir(parents=True, exist_ok=True)
             np.save(directory / f"output{index}.npy", output)
     return 0
+
+
+_MAX_BYTES_HELP = (
+    "memory budget, e.g. 4GiB (default: half the memory, at most 16 GiB); steps "
+    "that would need more are refused before allocating"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -232,6 +291,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the graph as Graphviz DOT (render: dot -Tsvg graph.dot -o graph.svg)",
     )
+    inspect.add_argument("--max-bytes", type=_max_bytes, default=None, help=_MAX_BYTES_HELP)
     inspect.set_defaults(handler=_cmd_inspect)
 
     run = add("run", "execute an .air file with the numpy runtime")
@@ -239,7 +299,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--input", action="append", help=".npy file per input, in order (default: random inputs)"
     )
-    run.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+    run.add_argument("--seed", type=_non_negative, default=0, help="seed for random inputs")
     run.add_argument("--dynamic-size", type=_non_negative, default=2, help="size for -1 dims")
     run.add_argument("--int-high", type=_positive, default=2, help="random ints are in [0, N)")
     run.add_argument("--output-dir", default=None, help="save outputs as .npy here")
@@ -257,6 +317,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--rank", type=int, default=None, help="which rank's graph in a multi-rank export"
     )
+    run.add_argument("--max-bytes", type=_max_bytes, default=None, help=_MAX_BYTES_HELP)
     run.set_defaults(handler=_cmd_run)
     return parser
 
@@ -279,4 +340,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except OSError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        # Past every budget check (the machine has less free memory than max_bytes).
+        print(
+            "error: out of memory; pass a smaller --max-bytes so that the runtime refuses "
+            "such steps before allocating",
+            file=sys.stderr,
+        )
         return 1

@@ -18,6 +18,8 @@ __all__ = [
     "GraphBreakError",
     "DataDependentControlFlowError",
     "RuntimeInputError",
+    "MemoryLimitError",
+    "ConfigError",
 ]
 
 
@@ -81,3 +83,20 @@ class RuntimeInputError(NpuGraphExportError, ValueError):
     """Inputs given to the reference runtime do not match the model's inputs."""
 
     code: ClassVar[str] = "runtime-input"
+
+
+class MemoryLimitError(NpuGraphExportError, MemoryError):
+    """Running a model would take more memory than the reference runtime's ``max_bytes`` budget.
+
+    Raised before the allocation is made: a model or input file that declares a huge tensor
+    (a large dimension, a big weight file, a broadcast or concatenation that multiplies sizes)
+    fails with the number of bytes it needs instead of exhausting the machine's memory.
+    """
+
+    code: ClassVar[str] = "memory-limit"
+
+
+class ConfigError(NpuGraphExportError, ValueError, TypeError):
+    """An export option has a wrong value or type (``ExportConfig``, ``config=``)."""
+
+    code: ClassVar[str] = "config"

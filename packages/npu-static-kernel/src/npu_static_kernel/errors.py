@@ -50,6 +50,10 @@ class ConfigError(NpuStaticKernelError, ValueError):
 class StaticKernelDisabledWarning(UserWarning):
     """Static kernels were switched off for this process; graphs still run, without them."""
 
+    code: ClassVar[str] = "static-kernel-disabled"
+
 
 class CacheFallbackWarning(UserWarning):
     """The build directory is read-only: its artifacts are used, new ones go to a fallback."""
+
+    code: ClassVar[str] = "cache-fallback"

@@ -13,7 +13,9 @@ from npu_streams._events import (
     npu_record_tagged_stream,
     npu_tagged_event_record,
     npu_tagged_event_wait,
+    record,
     reset_tagged_events,
+    wait,
 )
 from npu_streams._pass import STREAM_META_KEY, has_stream_ops, prepare_for_capture
 from npu_streams._runtime import DEFAULT_TAG, TaggedEvent
@@ -34,6 +36,8 @@ __all__ = [
     "npu_tagged_event_wait",
     "npu_record_tagged_stream",
     "reset_tagged_events",
+    "record",
+    "wait",
     # capture pass
     "prepare_for_capture",
     "has_stream_ops",

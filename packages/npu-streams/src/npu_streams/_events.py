@@ -7,7 +7,7 @@ import torch
 # Importing _ops registers the torch.ops.npu_streams.* ops called below.
 from npu_streams import _ops, _runtime  # noqa: F401
 from npu_streams._runtime import TaggedEvent
-from npu_streams.errors import EventTagError
+from npu_streams.errors import EventTagError, StreamTagError
 
 __all__ = [
     "npu_create_tagged_event",
@@ -15,6 +15,8 @@ __all__ = [
     "npu_tagged_event_wait",
     "npu_record_tagged_stream",
     "reset_tagged_events",
+    "record",
+    "wait",
 ]
 
 
@@ -73,20 +75,68 @@ def npu_tagged_event_wait(event: TaggedEvent) -> None:
     torch.ops.npu_streams.tagged_event_wait(_tag_of(event, "npu_tagged_event_wait"))
 
 
-def npu_record_tagged_stream(tensor: torch.Tensor, tag: str) -> None:
-    """Keep ``tensor``'s memory from reuse until the work on stream ``tag`` has finished.
+def npu_record_tagged_stream(input: torch.Tensor, tagged_stream: str) -> None:
+    """Keep ``input``'s memory from reuse until the work on stream ``tagged_stream`` has finished.
 
-    The graph-safe form of ``tensor.record_stream(stream)``: ``tag`` names a stream as in
+    The graph-safe form of ``input.record_stream(stream)``: ``tagged_stream`` names a stream as in
     :class:`npu_stream_switch`, and ``"default"`` names the main stream. A no-op for CPU tensors.
+    The parameter names are TorchAir's (``input``, ``tagged_stream``).
 
     Args:
-        tensor: The tensor used on the tagged stream.
-        tag: The stream tag.
+        input: The tensor used on the tagged stream.
+        tagged_stream: The stream tag.
 
     Raises:
-        StreamTagError: ``tag`` is not a non-empty string.
+        StreamTagError: ``tagged_stream`` is not a non-empty string.
     """
-    torch.ops.npu_streams.record_tagged_stream(tensor, _runtime.check_tag(tag, "the stream tag"))
+    if not isinstance(input, torch.Tensor):
+        raise StreamTagError(
+            f"npu_record_tagged_stream expects a tensor as input, got {type(input).__name__}"
+        )
+    torch.ops.npu_streams.record_tagged_stream(
+        input, _runtime.check_tag(tagged_stream, "the stream tag")
+    )
+
+
+def record() -> torch.Tensor:
+    """Mark this point of the current stream; returns an empty marker tensor for :func:`wait`.
+
+    TorchAir's ``torchair.ops.record()``. Inside a compiled graph, ``wait([marker])`` on another
+    stream waits until the work issued before this call on this stream is done.
+
+    Returns:
+        An empty tensor standing for this point of the stream.
+    """
+    marker: torch.Tensor = torch.ops.npu_streams.record()
+    return marker
+
+
+def wait(tensors: list[torch.Tensor]) -> None:
+    """Make the current stream wait until ``tensors`` are computed, on whatever stream.
+
+    TorchAir's ``torchair.ops.wait(tensors)``. Inside a compiled graph the current stream waits
+    for the stream of each tensor's producer (or of a :func:`record` marker); in eager mode on
+    an accelerator it waits for every tagged stream; on CPU it does nothing.
+
+    Args:
+        tensors: At least one tensor.
+
+    Raises:
+        StreamTagError: ``tensors`` is empty or holds something else than tensors.
+    """
+    given: object = tensors  # callers outside mypy pass anything
+    if not isinstance(given, (list, tuple)) or not given:
+        raise StreamTagError(
+            f"wait() needs a non-empty list of tensors, got {given!r}; pass the tensors "
+            "(or record() markers) the current stream must wait for"
+        )
+    for tensor in given:
+        if not isinstance(tensor, torch.Tensor):
+            raise StreamTagError(
+                f"wait() arguments must be tensors, got {type(tensor).__name__}; pass the "
+                "tensors (or record() markers) the current stream must wait for"
+            )
+    torch.ops.npu_streams.wait(list(given))
 
 
 def reset_tagged_events() -> None:

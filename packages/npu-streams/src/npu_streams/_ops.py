@@ -9,6 +9,8 @@ carries only constant strings (no extra inputs, no guards on objects).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.fx.node import has_side_effect
 
@@ -23,15 +25,30 @@ __all__ = [
     "record_tagged_stream",
     "internal_event_record",
     "internal_event_wait",
+    "record",
+    "wait",
     "OVERLOADS",
 ]
 
 NAMESPACE = "npu_streams"
 
 
+_inner_parallel_warned = False
+
+
 @torch.library.custom_op(f"{NAMESPACE}::stream_enter", mutates_args=())
-def stream_enter(tag: str, priority: str) -> None:
+def stream_enter(tag: str, priority: str, inner_parallel: str = "True") -> None:
     """Open a stream scope: ops issued after it run on the stream named ``tag``."""
+    global _inner_parallel_warned
+    if inner_parallel != "True" and not _inner_parallel_warned:
+        # Here rather than in npu_stream_switch: a warning while Dynamo traces breaks the graph.
+        _inner_parallel_warned = True
+        warnings.warn(
+            "npu_stream_switch(enable_inner_parallel=False) has no effect: it steers how CANN's "
+            "Graph Engine splits the ops of one stream, and no Graph Engine runs here",
+            UserWarning,
+            stacklevel=2,
+        )
     _runtime.stream_enter(tag, int(priority))
 
 
@@ -59,6 +76,18 @@ def record_tagged_stream(tensor: torch.Tensor, tag: str) -> None:
     _runtime.record_tagged_stream(tensor, tag)
 
 
+@torch.library.custom_op(f"{NAMESPACE}::record", mutates_args=())
+def record() -> torch.Tensor:
+    """A marker tensor for this point of the current stream (pass it to ``wait``)."""
+    return torch.empty(0)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::wait", mutates_args=())
+def wait(tensors: list[torch.Tensor]) -> None:
+    """Make the current stream wait until ``tensors`` are computed, whatever stream made them."""
+    _runtime.wait_for_streams()
+
+
 @torch.library.custom_op(f"{NAMESPACE}::internal_event_record", mutates_args=())
 def internal_event_record(tag: str) -> None:
     """Record a fork/join event inserted by :func:`npu_streams.prepare_for_capture`."""
@@ -79,8 +108,22 @@ def _fake_record_stream(tensor: torch.Tensor, tag: str) -> None:
     return None
 
 
+def _fake_stream_enter(tag: str, priority: str, inner_parallel: str = "True") -> None:
+    return None
+
+
+@record.register_fake
+def _fake_record() -> torch.Tensor:
+    return torch.empty(0)
+
+
+@wait.register_fake
+def _fake_wait(tensors: list[torch.Tensor]) -> None:
+    return None
+
+
+stream_enter.register_fake(_fake_stream_enter)
 for _op in (
-    stream_enter,
     stream_exit,
     tagged_event_record,
     tagged_event_wait,
@@ -100,6 +143,8 @@ OVERLOADS: dict[str, torch._ops.OpOverload] = {
         "record_tagged_stream",
         "internal_event_record",
         "internal_event_wait",
+        "record",
+        "wait",
     )
 }
 """Op name -> ``OpOverload``, as they appear in AOT graphs (Dynamo graphs hold the packets)."""

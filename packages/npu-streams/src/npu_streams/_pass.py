@@ -27,7 +27,7 @@ import torch.fx
 
 from npu_streams._ops import OVERLOADS
 from npu_streams._runtime import DEFAULT_TAG, lookup_event
-from npu_streams.errors import StreamScopeError
+from npu_streams.errors import StreamScopeError, StreamTagError
 
 __all__ = ["prepare_for_capture", "has_stream_ops", "STREAM_META_KEY"]
 
@@ -91,10 +91,19 @@ def _label_and_validate(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torc
     open_scopes: list[tuple[str, torch.fx.Node]] = []
     scopes: list[tuple[torch.fx.Node, torch.fx.Node, str]] = []
     recorded: set[str] = set()
+    priorities: dict[str, str] = {}
     for node in graph.nodes:
         name = _op_name(node)
         if name == "stream_enter":
-            open_scopes.append((_tag_arg(node, 0, "tag"), node))
+            tag = _tag_arg(node, 0, "tag")
+            priority = _tag_arg(node, 1, "priority")
+            if priorities.setdefault(tag, priority) != priority:
+                raise StreamTagError(
+                    f"stream tag {tag!r} is used with priority {priorities[tag]} and with "
+                    f"priority {priority} in one graph; a tag names one stream, so use the same "
+                    "stream_priority for every scope with this tag, or use another tag"
+                )
+            open_scopes.append((tag, node))
         elif name == "stream_exit":
             tag = _tag_arg(node, 0, "tag")
             if not open_scopes:
@@ -195,6 +204,35 @@ def prepare_for_capture(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         join_tag = f"graph{graph_id}.join{index}"
         _insert(graph, "internal_event_record", join_tag, tag, before=exit_)
         _insert(graph, "internal_event_wait", join_tag, DEFAULT_TAG, before=join_point)
+    _order_waits(graph, graph_id)
     graph.lint()
     gm.recompile()
     return gm
+
+
+def _order_waits(graph: torch.fx.Graph, graph_id: int) -> None:
+    """``wait(tensors)``: the waiting stream waits for each producer on another stream.
+
+    The producer (an op, or a ``record()`` marker) records an internal event on its own stream
+    right after it runs, and the ``wait`` node's stream waits on that event, so the consumer
+    side sees the tensor complete whichever stream made it.
+    """
+    count = 0
+    for node in list(graph.nodes):
+        if _op_name(node) != "wait":
+            continue
+        stream = node.meta.get(STREAM_META_KEY, DEFAULT_TAG)
+        tensors = node.args[0] if node.args else node.kwargs.get("tensors", ())
+        assert isinstance(tensors, (list, tuple))
+        for producer in tensors:
+            if not isinstance(producer, torch.fx.Node):
+                continue
+            source = producer.meta.get(STREAM_META_KEY, DEFAULT_TAG)
+            if source == stream or producer.op == "placeholder":
+                continue
+            tag = f"graph{graph_id}.dep{count}"
+            count += 1
+            with graph.inserting_after(producer):
+                marker = graph.call_function(OVERLOADS["internal_event_record"], (tag,))
+            marker.meta[STREAM_META_KEY] = source
+            _insert(graph, "internal_event_wait", tag, stream, before=node)

@@ -40,6 +40,8 @@ __all__ = [
     "record_tagged_stream",
     "current_tag",
     "stream_for_tag",
+    "check_cpu_priority",
+    "wait_for_streams",
 ]
 
 DEFAULT_TAG = "default"
@@ -90,6 +92,38 @@ class TaggedEvent:
             event = self._device_events[device] = _device.new_event(device)
         return event
 
+    # TorchAir hands out a torch.npu.Event, so scripts call these methods on it directly.
+
+    def record(self, stream: torch.Stream | None = None) -> None:
+        """Record the event on ``stream`` (default: the current stream), like ``torch.Event``.
+
+        Without ``stream`` this is :func:`npu_streams.npu_tagged_event_record`, so it is
+        graph-safe under ``torch.compile``; with an explicit stream it is eager only.
+        """
+        if stream is None:
+            torch.ops.npu_streams.tagged_event_record(self._tag)
+        else:
+            self.device_event(stream.device).record(stream)
+
+    def wait(self, stream: torch.Stream | None = None) -> None:
+        """Make ``stream`` (default: current) wait for the last record, like ``torch.Event``.
+
+        Without ``stream`` this is :func:`npu_streams.npu_tagged_event_wait` (graph-safe).
+        """
+        if stream is None:
+            torch.ops.npu_streams.tagged_event_wait(self._tag)
+        else:
+            self.device_event(stream.device).wait(stream)
+
+    def query(self) -> bool:
+        """Whether the work recorded by this event has finished (``True`` on CPU or unrecorded)."""
+        return all(event.query() for event in list(self._device_events.values()))
+
+    def synchronize(self) -> None:
+        """Block the host until the work recorded by this event has finished (no-op on CPU)."""
+        for event in list(self._device_events.values()):
+            event.synchronize()
+
     def __repr__(self) -> str:
         return f"TaggedEvent(tag={self._tag!r})"
 
@@ -117,6 +151,9 @@ _lock = threading.Lock()
 _streams: dict[torch.device, dict[str, _StreamEntry]] = {}
 _events: weakref.WeakValueDictionary[str, TaggedEvent] = weakref.WeakValueDictionary()
 _internal_events: dict[tuple[torch.device, str], torch.Event] = {}
+# Without an accelerator no stream is created, but a tag still names one stream with one priority:
+# the CPU keeps the tag -> priority map so the same scopes are refused as on a device.
+_cpu_priorities: dict[str, int] = {}
 
 
 # ---- events ----------------------------------------------------------------------------------
@@ -219,12 +256,26 @@ def stream_for_tag(device: torch.device, tag: str, priority: int | None = None) 
             created = 0 if priority is None else priority
             entry = per_device[tag] = _StreamEntry(_device.new_stream(device, created), created)
     if priority is not None and priority != entry.priority:
-        raise StreamTagError(
-            f"stream tag {tag!r} on {device} already exists with priority {entry.priority}, "
-            f"but a scope asks for priority {priority}; a tag names one stream, so use the same "
-            "stream_priority for every scope with this tag, or use another tag"
-        )
+        raise _priority_conflict(tag, device, entry.priority, priority)
     return entry.stream
+
+
+def _priority_conflict(tag: str, device: object, known: int, asked: int) -> StreamTagError:
+    return StreamTagError(
+        f"stream tag {tag!r} on {device} already exists with priority {known}, "
+        f"but a scope asks for priority {asked}; a tag names one stream, so use the same "
+        "stream_priority for every scope with this tag, or use another tag"
+    )
+
+
+def check_cpu_priority(tag: str, priority: int) -> None:
+    """Without an accelerator: apply the one-priority-per-tag rule a device applies."""
+    if tag == DEFAULT_TAG:
+        return
+    with _lock:
+        known = _cpu_priorities.setdefault(tag, priority)
+    if known != priority:
+        raise _priority_conflict(tag, "cpu", known, priority)
 
 
 def current_tag() -> str:
@@ -237,6 +288,7 @@ def stream_enter(tag: str, priority: int) -> None:
     """Open a scope: push it and, on an accelerator, make the tagged stream current."""
     device = _device.active_device()
     if device is None:
+        check_cpu_priority(tag, priority)
         _state.frames.append(_Frame(tag, None))
         return
     target = stream_for_tag(device, tag, priority)
@@ -259,8 +311,35 @@ def stream_exit(tag: str) -> None:
         _device.set_stream(frame.previous)
 
 
+def wait_for_streams() -> None:
+    """Make the current stream wait for the work issued so far on every other known stream.
+
+    The eager meaning of ``npu_streams.wait(tensors)``: outside a graph the stream that produced
+    a tensor is not known, so every tagged stream of the device (and the main stream) is waited
+    for. Inside a compiled graph the pass waits for the producers' streams only.
+    """
+    device = _device.active_device()
+    if device is None:
+        return
+    current = _device.current_stream(device)
+    with _lock:
+        others = [entry.stream for entry in _streams.get(device, {}).values()]
+    others.append(_main_stream(device))
+    for stream in others:
+        if stream == current:
+            continue
+        event = _device.new_event(device)
+        event.record(stream)
+        event.wait(current)
+
+
 def record_tagged_stream(tensor: torch.Tensor, tag: str) -> None:
     """``tensor.record_stream`` with the stream named ``tag`` on the tensor's device."""
     device = _device.tensor_device(tensor)
     if device is not None:
         _device.record_stream(tensor, stream_for_tag(device, tag))
+    elif _device.active_device() is None and tag != DEFAULT_TAG:
+        # On a device this creates the tagged stream with priority 0 if it does not exist yet;
+        # the CPU keeps the same priority for the tag, so later scopes follow the same rule.
+        with _lock:
+            _cpu_priorities.setdefault(tag, 0)

@@ -8,6 +8,7 @@ import torch
 
 # Importing _ops registers the torch.ops.npu_streams.* ops called below.
 from npu_streams import _ops, _runtime  # noqa: F401
+from npu_streams.errors import StreamTagError
 
 __all__ = ["npu_stream_switch", "current_stream_tag"]
 
@@ -26,22 +27,37 @@ class npu_stream_switch:
     Args:
         stream_tag: Name of the stream to switch to.
         stream_priority: Priority the stream is created with (0 = normal, negative = higher),
-            where the device supports priorities. Every scope with one tag must use the same value.
+            where the device supports priorities. Every scope with one tag must use the same value
+            (on CPU too, where no stream is created).
+        enable_inner_parallel: TorchAir's switch for how CANN's Graph Engine splits the ops of
+            this stream further; it has no effect here (``False`` warns once, when the scope
+            first runs).
 
     Raises:
-        StreamTagError: The tag is not a non-empty string or the priority is not an int.
+        StreamTagError: The tag is not a non-empty string, the priority is not an int, or
+            ``enable_inner_parallel`` is not a bool.
 
     Example:
         >>> with npu_stream_switch("1"):
         ...     y = torch.mm(a, b)  # runs on stream "1"
     """
 
-    def __init__(self, stream_tag: str, stream_priority: int = 0) -> None:
+    def __init__(
+        self, stream_tag: str, stream_priority: int = 0, enable_inner_parallel: bool = True
+    ) -> None:
         self.stream_tag = _runtime.check_tag(stream_tag, "stream_tag")
         self.stream_priority = _runtime.check_priority(stream_priority)
+        if not isinstance(enable_inner_parallel, bool):
+            raise StreamTagError(
+                f"enable_inner_parallel must be True or False, got {enable_inner_parallel!r}"
+            )
+        self.enable_inner_parallel = enable_inner_parallel
 
     def __enter__(self) -> npu_stream_switch:
-        torch.ops.npu_streams.stream_enter(self.stream_tag, str(self.stream_priority))
+        if self.enable_inner_parallel:
+            torch.ops.npu_streams.stream_enter(self.stream_tag, str(self.stream_priority))
+        else:  # only then does the op carry it (it warns once when it runs)
+            torch.ops.npu_streams.stream_enter(self.stream_tag, str(self.stream_priority), "False")
         return self
 
     def __exit__(

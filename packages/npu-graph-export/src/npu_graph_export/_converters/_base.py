@@ -24,8 +24,14 @@ GE_OF_TORCH: dict[torch.dtype, int] = {
     torch.int16: ge.DT_INT16,
     torch.int32: ge.DT_INT32,
     torch.int64: ge.DT_INT64,
+    torch.uint16: ge.DT_UINT16,
+    torch.uint32: ge.DT_UINT32,
+    torch.uint64: ge.DT_UINT64,
     torch.bool: ge.DT_BOOL,
     torch.complex64: ge.DT_COMPLEX64,
+    torch.complex128: ge.DT_COMPLEX128,
+    torch.float8_e5m2: ge.DT_FLOAT8_E5M2,
+    torch.float8_e4m3fn: ge.DT_FLOAT8_E4M3FN,
 }
 
 
@@ -151,7 +157,12 @@ class Context:
         if tensor.dtype == dtype:
             return tensor
         return self.builder.add1(
-            "Cast", self.name("Cast"), [tensor], dtype, tensor.shape, {"dst_type": dtype}
+            "Cast",
+            self.name("Cast"),
+            [tensor],
+            dtype,
+            tensor.shape,
+            {"dst_type": DType(dtype, as_int=True)},
         )
 
     def emit(
@@ -203,17 +214,17 @@ class Context:
             [tensor],
             ge.DT_INT64,
             (len(tensor.shape),),
-            {"dtype": DType(ge.DT_INT64)},
+            {"dtype": DType(ge.DT_INT64, as_int=True)},  # an Int attribute in GE's IR
         )
         index = self.const(axis, ge.DT_INT64, "index")
-        zero = self.const(0, ge.DT_INT64, "axis")
+        # As TorchAir's sym_size: GE must not fold a size read from Shape into a constant.
         return self.builder.add1(
-            "GatherV2",
-            self.name("GatherV2"),
-            [shape, index, zero],
+            "Gather",
+            self.name("Gather"),
+            [shape, index],
             ge.DT_INT64,
             (),
-            {"batch_dims": 0},
+            {"batch_dims": 0, "_force_unknown_shape": True},
         )
 
 

@@ -7,6 +7,7 @@ import math
 from torch import fx
 
 from npu_graph_export._converters._base import Context, Value, args_of, aten, kwargs_of, register
+from npu_graph_export._converters.activation import zero_masked_rows
 from npu_graph_export._proto import ge_ir_pb2 as ge
 from npu_graph_export.errors import UnsupportedOpError
 
@@ -60,11 +61,9 @@ def _sdpa(ctx: Context, node: fx.Node) -> Value:
             scores = ctx.emit(
                 "Add", [scores, ctx.cast(mask, dtype)], shape=scores_shape, suffix="mask"
             )
-    probs = ctx.emit(
-        "SoftmaxV2",
-        [scores],
-        {"axes": [-1 % len(scores_shape)]},
-        shape=scores_shape,
-        suffix="softmax",
-    )
+    axis = -1 % len(scores_shape)
+    probs = ctx.emit("SoftmaxV2", [scores], {"axes": [axis]}, shape=scores_shape, suffix="softmax")
+    if mask_arg is not None:
+        # Eager SDPA gives 0, not NaN, for a query whose every key is masked out.
+        probs = zero_masked_rows(ctx, scores, probs, axis)
     return ctx.emit("BatchMatMulV2", [probs, v], {"adj_x1": False, "adj_x2": False, "offset_x": 0})

@@ -39,10 +39,14 @@ def _reduction(op: object) -> str:
     return reduction
 
 
+# Hcom ops carry exactly the attributes of their GE IR definitions (hcom_ops.h), as TorchAir
+# writes them: GE knows a group's ranks from its name, not from an attribute.
+
+
 @register(_c10d.all_reduce.default)
 def _all_reduce(ctx: Context, node: fx.Node) -> Value:
     x, op, group_name = args_of(node)[:3]
-    group, ranks = _group(ctx, str(group_name))
+    group, _ = _group(ctx, str(group_name))
     return ctx.emit(
         "HcomAllReduce",
         [ctx.tensor(x)],
@@ -51,7 +55,6 @@ def _all_reduce(ctx: Context, node: fx.Node) -> Value:
             "group": group,
             "fusion": 0,
             "fusion_id": -1,
-            "ranklist": ranks,
         },
     )
 
@@ -59,18 +62,18 @@ def _all_reduce(ctx: Context, node: fx.Node) -> Value:
 @register(_c10d.all_gather_into_tensor.default)
 def _all_gather(ctx: Context, node: fx.Node) -> Value:
     x, group_size, group_name = args_of(node)[:3]
-    group, ranks = _group(ctx, str(group_name))
+    group, _ = _group(ctx, str(group_name))
     return ctx.emit(
         "HcomAllGather",
         [ctx.tensor(x)],
-        {"rank_size": int(group_size), "group": group, "fusion": 0, "ranklist": ranks},
+        {"rank_size": int(group_size), "group": group, "fusion": 0, "fusion_id": -1},
     )
 
 
 @register(_c10d.reduce_scatter_tensor.default)
 def _reduce_scatter(ctx: Context, node: fx.Node) -> Value:
     x, op, group_size, group_name = args_of(node)[:4]
-    group, ranks = _group(ctx, str(group_name))
+    group, _ = _group(ctx, str(group_name))
     return ctx.emit(
         "HcomReduceScatter",
         [ctx.tensor(x)],
@@ -78,7 +81,8 @@ def _reduce_scatter(ctx: Context, node: fx.Node) -> Value:
             "reduction": _reduction(op),
             "group": group,
             "rank_size": int(group_size),
-            "ranklist": ranks,
+            "fusion": 0,
+            "fusion_id": -1,
         },
     )
 

@@ -80,7 +80,7 @@ def _to_copy(ctx: Context, node: fx.Node) -> Value:
     dtype = ctx.out_dtype()
     if x.dtype == dtype:
         return ctx.emit("Identity", [x])
-    return ctx.emit("Cast", [x], {"dst_type": DType(dtype).value})
+    return ctx.emit("Cast", [x], {"dst_type": DType(dtype, as_int=True)})
 
 
 @register(aten.copy.default)

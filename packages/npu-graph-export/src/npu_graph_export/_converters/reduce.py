@@ -7,6 +7,7 @@ from typing import Any
 from torch import fx
 
 from npu_graph_export._converters._base import Context, Value, args_of, aten, kwargs_of, register
+from npu_graph_export._proto import ge_ir_pb2 as ge
 
 
 def _reduce(op_type: str) -> Any:
@@ -33,3 +34,16 @@ def _reduce(op_type: str) -> Any:
 register(aten.mean.dim, aten.mean.default)(_reduce("ReduceMean"))
 register(aten.sum.dim_IntList, aten.sum.default)(_reduce("ReduceSum"))
 register(aten.amax.default)(_reduce("ReduceMax"))
+
+
+@register(aten.cumsum.default)
+def _cumsum(ctx: Context, node: fx.Node) -> Value:
+    # ATen's cumsum of ints/bools accumulates in int64 (the output dtype): cast first.
+    dtype = ctx.out_dtype()
+    x = ctx.tensor(args_of(node)[0], dtype)
+    axis = int(args_of(node)[1]) % max(len(x.shape), 1)
+    return ctx.emit(
+        "Cumsum",
+        [x, ctx.const(axis, ge.DT_INT32, "axis")],
+        {"exclusive": False, "reverse": False},
+    )

@@ -168,9 +168,9 @@ def _split(ctx: Context, node: fx.Node, sizes: list[object], dim: int) -> list[T
     return ctx.builder.add(
         "SplitV",
         ctx.name(),
-        [x, ctx.ints(sizes, "size_splits"), ctx.const(np.int64(dim), ge.DT_INT64, "split_dim")],
+        [x, ctx.ints(sizes, "size_splits"), ctx.const(np.int32(dim), ge.DT_INT32, "split_dim")],
         outputs,
-        {"num_split": len(sizes)},
+        {"num_split": len(sizes)},  # split_dim is int32 only in GE's SplitV
     )
 
 
@@ -205,3 +205,80 @@ def _split_tensor(ctx: Context, node: fx.Node) -> Value:
 @register(operator.getitem)
 def _getitem(ctx: Context, node: fx.Node) -> Value:
     return ctx.value(args_of(node)[0])[args_of(node)[1]]
+
+
+def _scatter_slice(ctx: Context, x: Tensor, src: Tensor, dim: int, start: Any, end: Any) -> Tensor:
+    """``x`` with ``x[start:end]`` along ``dim`` replaced by ``src``: two slices and a concat.
+
+    This is how TorchAir writes a static-step slice_scatter (a KV-cache update ``cache[..., p:q]
+    = kv`` after functionalisation); ``start``/``end`` may be sizes known only at run time.
+    """
+    flags = {
+        "begin_mask": 0,
+        "end_mask": 0,
+        "ellipsis_mask": 0,
+        "new_axis_mask": 0,
+        "shrink_axis_mask": 0,
+    }
+
+    def piece(begin: Any, stop: Any, suffix: str) -> Tensor:
+        shape = list(x.shape)
+        if all(isinstance(v, int) for v in (begin, stop)) and shape[dim] >= 0:
+            shape[dim] = max(min(int(stop), shape[dim]) - int(begin), 0)
+        else:
+            shape[dim] = -1
+        return ctx.emit(
+            "StridedSliceV2",
+            [
+                x,
+                ctx.ints([_bound(begin)], f"{suffix}_begin"),
+                ctx.ints([_bound(stop)], f"{suffix}_end"),
+                ctx.ints([dim], f"{suffix}_axes"),
+                ctx.ints([1], f"{suffix}_strides"),
+            ],
+            flags,
+            shape=tuple(shape),
+            suffix=suffix,
+        )
+
+    head = piece(0, start, "head")
+    tail = piece(end, INT32_MAX, "tail")
+    axis = ctx.const(np.int64(dim), ge.DT_INT64, "concat_dim")
+    return ctx.emit("ConcatV2", [head, src, tail, axis], {"N": 3})
+
+
+def _static_bound(ctx: Context, value: Any, size: int, default: int) -> Any:
+    # Negative and past-the-end bounds count from the end, as Python slices do.
+    if value is None:
+        return default
+    converted = ctx.value(value)
+    if isinstance(converted, int):
+        if size < 0 and converted < 0:
+            from npu_graph_export.errors import UnsupportedOpError
+
+            raise UnsupportedOpError(
+                "slice assignment with a negative bound on a dynamic dimension has no GE "
+                "converter here; use a non-negative position"
+            )
+        if converted < 0:
+            converted += size
+        return max(min(converted, size if size >= 0 else INT32_MAX), 0)
+    return value
+
+
+@register(aten.slice_scatter.default)
+def _slice_scatter(ctx: Context, node: fx.Node) -> Value:
+    args = list(args_of(node)) + [None] * (6 - len(args_of(node)))
+    dtype = ctx.out_dtype()
+    x, src = ctx.tensor(args[0], dtype), ctx.tensor(args[1], dtype)
+    dim = positive_dim(int(args[2] or 0), len(x.shape))
+    if args[5] not in (None, 1):
+        from npu_graph_export.errors import UnsupportedOpError
+
+        raise UnsupportedOpError("slice assignment with a step other than 1 has no GE converter")
+    size = x.shape[dim]
+    start = _static_bound(ctx, args[3], size, 0)
+    end = _static_bound(ctx, args[4], size, INT32_MAX if size < 0 else size)
+    if isinstance(start, int) and isinstance(end, int) and end < start:
+        end = start
+    return _scatter_slice(ctx, x, src, dim, start, end)

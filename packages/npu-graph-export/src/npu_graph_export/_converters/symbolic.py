@@ -37,6 +37,29 @@ _PYTHON: dict[str, Callable[[int, int], int]] = {
     "FloorDiv": operator.floordiv,
 }
 
+
+def _compare(op_type: str, python: Callable[[int, int], bool]) -> Any:
+    # Size comparisons feed runtime assertions (dropped); computed only if something uses them.
+    def convert(ctx: Context, node: fx.Node) -> Value:
+        values = [ctx.value(a) for a in args_of(node)]
+        if all(isinstance(v, int) for v in values):
+            return python(values[0], values[1])
+        lhs, rhs = (ctx.tensor(a, ge.DT_INT64) for a in args_of(node))
+        return ctx.emit(op_type, [lhs, rhs], dtype=ge.DT_BOOL, shape=())
+
+    return convert
+
+
+for _target, _op_type in {
+    operator.ge: "GreaterEqual",
+    operator.gt: "Greater",
+    operator.le: "LessEqual",
+    operator.lt: "Less",
+    operator.eq: "Equal",
+    operator.ne: "NotEqual",
+}.items():
+    register(_target)(_compare(_op_type, _target))
+
 register(operator.mul)(_arith("Mul"))
 register(operator.add)(_arith("Add"))
 register(operator.sub)(_arith("Sub"))

@@ -5,6 +5,10 @@ implements the operators the exporter writes, with their GE semantics, one at a 
 without optimisation. Collectives have no other ranks here: by default they raise, and
 ``collectives="replicated"`` computes them as if every rank held this process's input.
 
+Model files are untrusted input: weight files are read only inside the model's directory (or
+``weights_dir``), and loading and running stay within ``max_bytes`` of memory (checked before
+each allocation, :class:`~npu_graph_export.MemoryLimitError` otherwise).
+
 Example:
     >>> from npu_graph_export import runtime
     >>> model = runtime.load("export_file")  # doctest: +SKIP

@@ -3,19 +3,41 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from npu_graph_export._dtypes import BF16, NUMPY_OF_GE
+from npu_graph_export._dtypes import NUMPY_OF_GE, WIDENED, narrow, proto_of_attr
 from npu_graph_export._proto import ge_ir_pb2 as ge
 
 Array = np.ndarray[Any, Any]
 
 MAX_ELEMENTS = 1 << 28
-"""Largest tensor a kernel may create (~1 GiB of fp32): a corrupt shape fails instead of hanging."""
+"""Tensors up to this many elements are created without asking; larger ones only when the
+machine's free memory holds them, so a corrupt shape fails instead of hanging or swapping."""
+
+
+def _available_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not Linux-like: stay with the cap
+        return 0
+
+
+def check_size(count: int, itemsize: int, what: str) -> None:
+    """Refuse to create ``count`` elements of ``itemsize`` bytes beyond free memory."""
+    if count <= MAX_ELEMENTS:
+        return
+    needed = count * itemsize
+    available = _available_bytes()
+    if needed > available:
+        raise KernelError(
+            f"{what} needs {needed} bytes ({count} elements) but {available} bytes of memory "
+            "are free"
+        )
 
 
 class KernelError(Exception):
@@ -78,8 +100,8 @@ def attr_ints(op: ge.OpDef, name: str) -> list[int]:
 
 
 def numpy_dtype(ge_type: int) -> np.dtype[Any]:
-    """Numpy dtype for a GE type; bf16 computes as float32."""
-    if ge_type == BF16:
+    """Numpy dtype for a proto data type; bf16 and fp8 compute as float32."""
+    if ge_type in WIDENED:
         return np.dtype(np.float32)
     try:
         return NUMPY_OF_GE[ge_type]
@@ -89,12 +111,11 @@ def numpy_dtype(ge_type: int) -> np.dtype[Any]:
         ) from None
 
 
-def _checked_shape(values: Any) -> tuple[int, ...]:
+def _checked_shape(values: Any, itemsize: int = 8) -> tuple[int, ...]:
     shape = tuple(int(v) for v in np.asarray(values).reshape(-1))
     if any(d < 0 for d in shape):
         raise KernelError(f"negative dimension in shape {shape}")
-    if math.prod(shape) > MAX_ELEMENTS:
-        raise KernelError(f"shape {shape} is larger than the runtime allows ({MAX_ELEMENTS})")
+    check_size(math.prod(shape), itemsize, f"shape {shape}")
     return shape
 
 
@@ -202,9 +223,29 @@ def _swish(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     return [np.asarray(x * _sigmoid(x * np.asarray(attr_float(op, "scale", 1.0), x.dtype)))]
 
 
+def attr_type(op: ge.OpDef, name: str, default: int | None = None) -> int:
+    """A dtype-valued attribute as a proto data type, read the way GE reads it.
+
+    GE declares ``Cast.dst_type`` and ``Shape.dtype`` as ``Int`` and ``FileConstant.dtype`` as
+    ``Type``; both hold ``ge::DataType`` values, not the proto enum of tensor descriptors.
+    """
+    if name not in op.attr and default is not None:
+        return default
+    field = _attr(op, name).WhichOneof("value")
+    value = int(_attr(op, name).dt) if field == "dt" else int(_attr(op, name).i)
+    proto = proto_of_attr(value)
+    if proto is None:
+        raise KernelError(f"attribute {name!r} names ge::DataType {value}, which is not supported")
+    return proto
+
+
 @kernel("Cast")
 def _cast(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
-    return [xs[0].astype(numpy_dtype(attr_int(op, "dst_type")))]
+    target = attr_type(op, "dst_type")
+    if target in WIDENED:
+        # Computed as float32, but holding only the values the narrow type can represent.
+        return [narrow(xs[0].astype(np.float32), target)]
+    return [xs[0].astype(numpy_dtype(target))]
 
 
 @kernel("Tril", "Triu")
@@ -217,7 +258,8 @@ def _triangle(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
 
 @kernel("Shape")
 def _shape(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
-    dtype = numpy_dtype(int(op.attr["dtype"].dt)) if "dtype" in op.attr else np.dtype(np.int32)
+    # GE's default for Shape.dtype is DT_INT32.
+    dtype = numpy_dtype(attr_type(op, "dtype", ge.DT_INT32))
     return [np.asarray(xs[0].shape, dtype=dtype)]
 
 
@@ -357,6 +399,84 @@ def _gather(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     return [np.take(x, indices, axis=axis)]
 
 
+@kernel("Gather")
+def _gather_axis0(op: ge.OpDef, xs: Sequence[Array], comm: Collectives) -> list[Array]:
+    axis = np.zeros((), np.int64)
+    return _gather(op, [xs[0], xs[1], axis], comm)
+
+
+@kernel("GatherElements")
+def _gather_elements(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    x, index = xs[0], xs[1].astype(np.int64)
+    axis = _axis(attr_int(op, "dim", 0), x.ndim)
+    if index.ndim != x.ndim:
+        raise KernelError("GatherElements index must have the rank of x")
+    size = x.shape[axis]
+    if index.size and (index.min() < -size or index.max() >= size):
+        raise KernelValueError(f"gather index out of range for dimension of size {size}")
+    return [np.take_along_axis(x, np.where(index < 0, index + size, index), axis=axis)]
+
+
+@kernel("IndexByTensor")
+def _index_by_tensor(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    x, indices = xs[0], [i.astype(np.int64) for i in xs[1:]]
+    mask = attr_ints(op, "indices_mask") if "indices_mask" in op.attr else [1] * len(indices)
+    if sum(1 for m in mask if m) != len(indices) or len(mask) > x.ndim:
+        raise KernelError(f"indices_mask {mask} does not match {len(indices)} index tensors")
+    key: list[Any] = []
+    feed = iter(indices)
+    for axis, used in enumerate(mask):
+        if not used:
+            key.append(slice(None))
+            continue
+        index = next(feed)
+        size = x.shape[axis]
+        if index.size and (index.min() < -size or index.max() >= size):
+            raise KernelValueError(f"index out of range for dimension of size {size}")
+        key.append(index)
+    # numpy's advanced indexing places the indexed dimensions as ATen's index does.
+    return [x[tuple(key)]]
+
+
+@kernel("TensorScatterUpdate")
+def _tensor_scatter_update(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    x, indices, updates = xs[0], xs[1].astype(np.int64), xs[2]
+    if indices.ndim < 1 or indices.shape[-1] > x.ndim:
+        raise KernelError(f"TensorScatterUpdate indices of shape {list(indices.shape)}")
+    depth = indices.shape[-1]
+    sizes = np.asarray(x.shape[:depth], np.int64)
+    flat = indices.reshape(-1, depth)
+    if flat.size and ((flat < 0).any() or (flat >= sizes).any()):
+        raise KernelValueError(f"scatter index out of range for dimensions {list(sizes)}")
+    y = np.array(x, copy=True)
+    rows = updates.reshape(flat.shape[0], *x.shape[depth:])
+    for position, row in zip(flat, rows, strict=True):
+        y[tuple(position)] = row
+    return [y]
+
+
+@kernel("Cumsum")
+def _cumsum(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    x = xs[0]
+    axis = _axis(xs[1], x.ndim)
+    if attr_bool(op, "reverse"):
+        x = np.flip(x, axis)
+    y = np.cumsum(x, axis=axis, dtype=x.dtype)
+    if attr_bool(op, "exclusive"):
+        y = y - x
+    return [np.flip(y, axis) if attr_bool(op, "reverse") else y]
+
+
+@kernel("Assign")
+def _assign(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    ref, value = xs[0], xs[1]
+    if ref.shape != value.shape and attr_bool(op, "validate_shape", True):
+        raise KernelError(f"Assign of shape {list(value.shape)} into {list(ref.shape)}")
+    # The ref is the caller's array (RefData): updated in place, as on the device.
+    np.copyto(ref, value.astype(ref.dtype, copy=False))
+    return [ref]
+
+
 @kernel("StridedSliceV2")
 def _strided_slice(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     x = xs[0]
@@ -382,7 +502,8 @@ def _strided_slice(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Ar
 @kernel("Fill")
 def _fill(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     value = np.asarray(xs[1])
-    return [np.full(_checked_shape(xs[0]), value.reshape(-1)[0] if value.size else 0, value.dtype)]
+    shape = _checked_shape(xs[0], value.dtype.itemsize)
+    return [np.full(shape, value.reshape(-1)[0] if value.size else 0, value.dtype)]
 
 
 @kernel("Range")
@@ -390,9 +511,22 @@ def _range(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     start, limit, delta = (np.asarray(v).reshape(-1)[0] for v in xs[:3])
     if delta == 0 or not np.isfinite([start, limit, delta]).all():
         raise KernelError("Range needs finite bounds and a non-zero delta")
-    if abs((limit - start) / delta) > MAX_ELEMENTS:
-        raise KernelError("Range is larger than the runtime allows")
+    check_size(int(abs((limit - start) / delta)) + 1, np.asarray(xs[0]).dtype.itemsize, "Range")
     return [np.arange(start, limit, delta, dtype=np.asarray(xs[0]).dtype)]
+
+
+def _group_size(op: ge.OpDef) -> int:
+    # HcomAllReduce has no rank_size attribute: the group name written for non-HCCL process
+    # groups lists the ranks (``tag=...;rank_list=0,1``); an HCCL communicator name does not.
+    group = attr_str(op, "group", "")
+    for part in group.split(";"):
+        key, _, ranks = part.partition("=")
+        if key.strip() == "rank_list" and ranks:
+            return len(ranks.split(","))
+    raise KernelError(
+        f"the size of group {group!r} is unknown to the reference runtime (no rank_list in its "
+        "name); run this .air with GE"
+    )
 
 
 @kernel("HcomAllReduce", "HcomAllGather", "HcomReduceScatter")
@@ -403,8 +537,7 @@ def _collective(op: ge.OpDef, xs: Sequence[Array], comm: Collectives) -> list[Ar
             "every rank holds the same input, or run the .air on devices with ATC/GE"
         )
     x = xs[0]
-    ranks = attr_ints(op, "ranklist") if "ranklist" in op.attr else []
-    size = attr_int(op, "rank_size", len(ranks) or 1) if "rank_size" in op.attr else len(ranks) or 1
+    size = attr_int(op, "rank_size") if "rank_size" in op.attr else _group_size(op)
     if size < 1 or size > 4096:
         raise KernelError(f"invalid group size {size}")
     if op.type == "HcomAllGather":

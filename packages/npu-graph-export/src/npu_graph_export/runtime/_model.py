@@ -12,14 +12,25 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from npu_graph_export._dtypes import BF16, dtype_name, element_size
-from npu_graph_export._graph import DIMS_ATTR
+from npu_graph_export._dtypes import WIDENED, dtype_name, element_size, proto_of_attr, widen
+from npu_graph_export._graph import DIMS_ATTR, UNFED_ATTR
 from npu_graph_export._opdefs import OPS
 from npu_graph_export._proto import ge_ir_pb2 as ge
-from npu_graph_export.errors import ModelFormatError, RuntimeInputError
+from npu_graph_export.errors import (
+    MemoryLimitError,
+    ModelFormatError,
+    NpuGraphExportError,
+    RuntimeInputError,
+)
+from npu_graph_export.runtime._budget import (
+    Budget,
+    check_max_bytes,
+    estimate_output_bytes,
+    format_bytes,
+    held_bytes,
+)
 from npu_graph_export.runtime._kernels import (
     KERNELS,
-    MAX_ELEMENTS,
     Array,
     Collectives,
     KernelError,
@@ -41,8 +52,18 @@ class TensorInfo:
 
     @property
     def numpy_dtype(self) -> np.dtype[Any]:
-        """The numpy dtype the runtime uses for this tensor."""
-        return numpy_dtype(self.dtype)
+        """The numpy dtype the runtime uses for this tensor.
+
+        Raises:
+            ModelFormatError: the reference runtime cannot hold this data type.
+        """
+        try:
+            return numpy_dtype(self.dtype)
+        except KernelError as error:
+            raise ModelFormatError(
+                f"{self}: data type {dtype_name(self.dtype)} is not supported by the reference "
+                "runtime; run this model with ATC/GE"
+            ) from error
 
     def __str__(self) -> str:
         return f"{self.name}: {dtype_name(self.dtype)}{list(self.shape)}"
@@ -55,11 +76,6 @@ def _bad(path: object, message: str) -> ModelFormatError:
     )
 
 
-def _decode_bf16(raw: bytes) -> Array:
-    words = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
-    return words.view(np.float32)
-
-
 def _decode(raw: bytes, dtype: int, shape: Sequence[int], where: str) -> Array:
     size = element_size(dtype)
     if size is None:
@@ -67,13 +83,15 @@ def _decode(raw: bytes, dtype: int, shape: Sequence[int], where: str) -> Array:
     if any(d < 0 for d in shape):
         raise ModelFormatError(f"{where}: constant with negative dimension {list(shape)}")
     count = math.prod(shape)
-    if count > MAX_ELEMENTS or count * size != len(raw):
+    # No element cap here: the bytes are already in memory, and a weight of 2**28+ elements
+    # (a large embedding) is legitimate.
+    if count * size != len(raw):
         raise ModelFormatError(
             f"{where}: holds {len(raw)} bytes but {dtype_name(dtype)}{list(shape)} needs "
             f"{count * size}"
         )
-    if dtype == BF16:
-        return _decode_bf16(raw).reshape(shape)
+    if dtype in WIDENED:
+        return widen(raw, dtype).reshape(shape)
     return np.frombuffer(raw, dtype=numpy_dtype(dtype).newbyteorder("<")).reshape(shape)
 
 
@@ -85,6 +103,7 @@ class Model:
         graph: The main ``GraphDef``.
         inputs: The ``Data`` ops in index order.
         outputs: The graph outputs in ``NetOutput`` order.
+        max_bytes: The memory budget of loading and running (see :func:`load`).
     """
 
     def __init__(
@@ -95,10 +114,15 @@ class Model:
         weights_dir: Path | None = None,
         collectives: str = "error",
         rank: int = 0,
+        max_bytes: int | None = None,
     ) -> None:
         if collectives not in {"error", "replicated"}:
             raise ValueError(f"collectives must be 'error' or 'replicated', got {collectives!r}")
         self.path = path
+        self.max_bytes = check_max_bytes(max_bytes)
+        # What loading holds: the parsed model, then each constant as it is decoded.
+        self._budget = Budget(self.max_bytes)
+        self._budget.reserve(model.ByteSize(), f"{path}: the parsed model")
         if not model.graph:
             raise _bad(path, "it holds no graph")
         self.graph = model.graph[0]
@@ -112,6 +136,7 @@ class Model:
                 raise _bad(path, f"op {op.name!r} has type {op.type!r}, which is not supported")
             self._ops[op.name] = op
         self._edges = {name: self._parse_inputs(op) for name, op in self._ops.items()}
+        self._check_edge_dtypes()
         self._order = self._topological_order()
         outputs = [op for op in self.graph.op if op.type == "NetOutput"]
         if len(outputs) != 1:
@@ -123,17 +148,37 @@ class Model:
             TensorInfo(f"output{i}", desc.dtype, tuple(desc.shape.dim))
             for i, desc in enumerate(self._net_output.input_desc)
         ]
+        self._group_ranks = self._collective_ranks(collectives, rank)
         self._constants = {
             op.name: self._load_constant(op)
             for op in self.graph.op
             if op.type in {"Const", "FileConstant"}
         }
+        self._held = self._budget.used
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes the loaded model holds (parsed graph and constants), part of ``max_bytes``."""
+        return self._held
 
     # -- loading checks ------------------------------------------------------------------------
 
     def _parse_inputs(self, op: ge.OpDef) -> list[tuple[str, int]]:
         edges: list[tuple[str, int]] = []
-        for ref in op.input:
+        unfed = [
+            position
+            for position, ref in enumerate(op.input)
+            if not ref
+            and position < len(op.input_desc)
+            and UNFED_ATTR in op.input_desc[position].attr
+        ]
+        # Unfed optional inputs ("" plus a marked descriptor) are skipped; only trailing ones
+        # are supported, so the fed inputs keep their positions.
+        if unfed and any(ref and not ref.endswith(":-1") for ref in op.input[unfed[0] :]):
+            raise _bad(self.path, f"op {op.name!r} has an unfed optional input before a fed one")
+        for position, ref in enumerate(op.input):
+            if position in unfed:
+                continue
             producer, sep, index_text = ref.rpartition(":")
             try:
                 index = int(index_text)
@@ -145,6 +190,44 @@ class Model:
                 raise _bad(self.path, f"op {op.name!r} reads missing output {ref!r}")
             edges.append((producer, index))
         return edges
+
+    def _check_edge_dtypes(self) -> None:
+        # The runtime casts each result to its op's declared output dtype: a declaration that
+        # disagrees with what the consumer (or NetOutput) declares reading would silently turn
+        # the numbers into another type (a float result into int8), so refuse the graph.
+        for name, edges in self._edges.items():
+            consumer = self._ops[name]
+            data_edges = [(p, i) for p, i in edges if i >= 0]
+            for position, (producer, index) in enumerate(data_edges):
+                outputs = self._ops[producer].output_desc
+                if position >= len(consumer.input_desc) or index >= len(outputs):
+                    continue
+                made, read = outputs[index].dtype, consumer.input_desc[position].dtype
+                if made and read and made != read:
+                    raise _bad(
+                        self.path,
+                        f"op {producer!r} declares output {index} as {dtype_name(made)} but "
+                        f"{name!r} reads it as {dtype_name(read)} (input {position})",
+                    )
+
+    def _collective_ranks(self, collectives: str, rank: int) -> dict[str, int]:
+        """This process's position in each collective's group (the chunk reduce-scatter keeps)."""
+        positions: dict[str, int] = {}
+        if collectives != "replicated":
+            return positions  # collectives raise when run
+        for op in self.graph.op:
+            if not op.type.startswith("Hcom"):
+                continue
+            members = _group_members(op)
+            if members is None:
+                continue  # an HCCL group name: its size and members are GE's to know
+            if rank not in members:
+                raise RuntimeInputError(
+                    f"{self.path}: rank {rank} is not a member of the group of {op.type} "
+                    f"{op.name!r} (ranks {members}); pass rank= (--rank) of a member"
+                )
+            positions[op.name] = members.index(rank)
+        return positions
 
     def _topological_order(self) -> list[str]:
         pending = {name: len({p for p, _ in edges}) for name, edges in self._edges.items()}
@@ -166,7 +249,7 @@ class Model:
         return order
 
     def _input_infos(self) -> list[TensorInfo]:
-        data = [op for op in self.graph.op if op.type == "Data"]
+        data = [op for op in self.graph.op if op.type in _INPUT_TYPES]
         indices = sorted(int(op.attr["index"].i) if "index" in op.attr else -1 for op in data)
         if indices != list(range(len(data))):
             raise _bad(self.path, f"Data op indices {indices} are not 0..{len(data) - 1}")
@@ -189,28 +272,50 @@ class Model:
         return symbols if len(symbols) == len(info.shape) else []  # not ours: ignore
 
     def _weight_file(self, recorded: str) -> Path:
-        path = Path(recorded)
-        candidates: list[Path] = []
         # An export directory is self-contained: the files beside the .air (``<name>`` or
         # ``rank_<r>/<name>``) belong to it, even when the recorded path (relative to the
         # directory ATC runs from, or absolute) names another export's file of the same name.
         # Longest tail first: a ``p1`` beside the .air may be left over from an earlier
         # single-rank export into the same directory, while ``rank_0/p1`` is this rank's.
+        # The recorded directory itself is never read: a model file may name any path
+        # (``/etc/shadow``, ``../../key``), and only the model's own directory (or the
+        # weights_dir the caller chose) is trusted. Symlinks are followed only while they stay
+        # inside that directory.
+        path = Path(recorded)
+        candidates: list[Path] = []
+        refused: list[str] = []
         roots = [r for r in (self._weights_dir, self.path.parent) if r is not None]
         for root in roots:
-            tails = range(min(len(path.parts), 2), 0, -1)
-            candidates.extend(root.joinpath(*path.parts[-k:]) for k in tails)
-        candidates.append(path if path.is_absolute() else Path.cwd() / path)
-        for candidate in candidates:
             try:
-                if candidate.is_file():
-                    return candidate
-            except (OSError, ValueError):  # a corrupt path (NUL byte, too long)
+                real_root = root.resolve()
+            except (OSError, RuntimeError):
                 continue
+            for k in range(min(len(path.parts), 2), 0, -1):
+                tail = path.parts[-k:]
+                if any(part in {"..", "."} or part == path.anchor for part in tail):
+                    continue
+                candidate = root.joinpath(*tail)
+                try:
+                    real = candidate.resolve()
+                    if not real.is_relative_to(real_root):
+                        if candidate.is_symlink() or candidate.exists():
+                            refused.append(str(candidate))
+                        continue
+                    if real.is_file():
+                        return real
+                except (OSError, ValueError, RuntimeError):  # NUL byte, too long, link loop
+                    continue
+                candidates.append(candidate)
+        if refused:
+            raise ModelFormatError(
+                f"{self.path}: weight file {recorded!r}: {', '.join(refused)} leads outside the "
+                "model directory (a symbolic link); the runtime only reads weights inside it or "
+                "inside weights_dir: copy the real file there"
+            )
         raise ModelFormatError(
             f"{self.path}: weight file {recorded!r} not found (looked at "
-            f"{', '.join(str(c) for c in candidates)}); copy the weight files with the .air or "
-            "pass weights_dir="
+            f"{', '.join(str(c) for c in candidates) or 'no usable path'}); weights are only read"
+            " from the model's directory: copy the weight files with the .air or pass weights_dir="
         )
 
     def _load_constant(self, op: ge.OpDef) -> Array:
@@ -219,12 +324,28 @@ class Model:
             if "value" not in op.attr or op.attr["value"].WhichOneof("value") != "t":
                 raise ModelFormatError(f"{where} has no tensor value")
             tensor = op.attr["value"].t
-            return _decode(tensor.data, tensor.desc.dtype, list(tensor.desc.shape.dim), where)
+            declared = op.output_desc[0].dtype if op.output_desc else 0
+            if declared and tensor.desc.dtype != declared:
+                # The bytes would be read as another type: silently different numbers.
+                raise ModelFormatError(
+                    f"{where} holds {dtype_name(tensor.desc.dtype)} data but declares its output"
+                    f" as {dtype_name(declared)}"
+                )
+            shape = list(tensor.desc.shape.dim)
+            value = _decode(tensor.data, tensor.desc.dtype, shape, where)
+            self._reserve_constant(shape, tensor.desc.dtype, where)
+            return value
         needed = ("shape", "dtype", "file_path")
         if any(key not in op.attr for key in needed):
             raise ModelFormatError(f"{where} lacks one of the attributes {needed}")
         shape = [int(d) for d in op.attr["shape"].list.i]
-        dtype = int(op.attr["dtype"].dt)
+        # FileConstant.dtype holds a ge::DataType value, not the descriptor's proto enum.
+        dtype = proto_of_attr(int(op.attr["dtype"].dt))
+        if dtype is None:
+            raise ModelFormatError(
+                f"{where}: attribute dtype {int(op.attr['dtype'].dt)} is not a supported "
+                "ge::DataType"
+            )
         recorded = bytes(op.attr["file_path"].s).decode("utf-8", "replace")
         file = self._weight_file(recorded)
         size = element_size(dtype)
@@ -234,11 +355,22 @@ class Model:
                 f"{where}: {file} has {file.stat().st_size} bytes, expected {expected} for "
                 f"{dtype_name(dtype)}{shape}"
             )
+        self._reserve_constant(shape, dtype, where)
         return _decode(file.read_bytes(), dtype, shape, where)
+
+    def _reserve_constant(self, shape: list[int], dtype: int, where: str) -> None:
+        count = math.prod(shape) if all(d >= 0 for d in shape) else 0
+        raw = count * (element_size(dtype) or 0)
+        try:
+            computed = count * numpy_dtype(dtype).itemsize
+        except KernelError:
+            computed = raw
+        # The raw bytes, plus the copy a type numpy lacks (bf16) is widened to.
+        self._budget.reserve(raw + (computed if computed != raw else 0), where)
 
     # -- execution -----------------------------------------------------------------------------
 
-    def _check_inputs(self, inputs: Sequence[Any]) -> list[Array]:
+    def _check_inputs(self, inputs: Sequence[Any], budget: Budget) -> list[Array]:
         if len(inputs) != len(self.inputs):
             raise RuntimeInputError(
                 f"the model takes {len(self.inputs)} inputs ({', '.join(map(str, self.inputs))}),"
@@ -247,16 +379,16 @@ class Model:
         arrays: list[Array] = []
         for info, value in zip(self.inputs, inputs, strict=True):
             array = np.asarray(value)
-            try:
-                want = info.numpy_dtype
-            except KernelError as error:
-                raise _bad(self.path, f"input {info.name!r}: {error}") from error
+            want = info.numpy_dtype
             if array.dtype != want:
                 if not np.can_cast(array.dtype, want, casting="same_kind"):
                     raise RuntimeInputError(
                         f"input {info} got dtype {array.dtype}; pass a {want} array"
                     )
-                array = array.astype(want)
+                budget.reserve(array.size * want.itemsize, f"converting input {info.name!r}")
+                array = _narrow(array, want, info)
+            else:
+                budget.reserve(array.nbytes, f"input {info.name!r}")
             shape = info.shape
             if shape != (-2,) and (
                 array.ndim != len(shape)
@@ -285,6 +417,18 @@ class Model:
                         f" exported with these dimensions equal ({symbol}): pass inputs that agree"
                     )
 
+    def _check_refs(self, inputs: Sequence[Any], arrays: list[Array]) -> None:
+        # A RefData input (a KV cache the model updates in place) is written through: it must
+        # be the caller's own writable array, as it is the device buffer for GE.
+        for info, given, array in zip(self.inputs, inputs, arrays, strict=True):
+            if self._ops[info.name].type != "RefData":
+                continue
+            if array is not given or not array.flags.writeable:
+                raise RuntimeInputError(
+                    f"input {info} is updated in place by the model; pass a writable numpy "
+                    f"array of dtype {info.numpy_dtype} (it receives the new values)"
+                )
+
     def run(self, *inputs: Any) -> list[Array]:
         """Execute the graph on ``inputs`` (arrays in ``Data`` index order).
 
@@ -296,32 +440,60 @@ class Model:
                 that disagree, or values out of range (a token id past the vocabulary).
             ModelFormatError: the graph cannot be executed (inconsistent ops or attributes).
         """
-        arrays = self._check_inputs(inputs)
+        # Everything stays referenced until the run ends, so the sum of what each step made is
+        # what the run holds: the budget refuses a step before its allocation would pass it.
+        budget = Budget(self.max_bytes, self._held)
+        arrays = self._check_inputs(inputs, budget)
+        self._check_refs(inputs, arrays)
         by_name = {info.name: array for info, array in zip(self.inputs, arrays, strict=True)}
         values: dict[str, list[Array]] = {}
         for name in self._order:
             op = self._ops[name]
             args = [values[p][i] for p, i in self._edges[name] if i >= 0]
+            if op.type == "Assign" and self._ops[self._edges[name][0][0]].type == "RefData":
+                # Readers of a RefData get a snapshot (below); Assign writes the caller's array.
+                args[0] = by_name[self._edges[name][0][0]]
             if op.type == "NetOutput":
+                budget.reserve(sum(a.nbytes for a in args), "copying the outputs")
                 return [np.array(a, copy=True) for a in args]
-            values[name] = self._execute(op, args, by_name)
+            values[name] = self._execute(op, args, by_name, budget)
         raise _bad(self.path, "NetOutput is unreachable")
 
-    def _execute(self, op: ge.OpDef, args: list[Array], data: dict[str, Array]) -> list[Array]:
-        if op.type == "Data":
+    def _execute(
+        self, op: ge.OpDef, args: list[Array], data: dict[str, Array], budget: Budget
+    ) -> list[Array]:
+        if op.type == "RefData":
+            # A snapshot, so that ops reading the old value are unaffected by the Assign.
+            budget.reserve(data[op.name].nbytes, f"a snapshot of input {op.name!r}")
+            return [np.array(data[op.name], copy=True)]
+        if op.type in _INPUT_TYPES:
             return [data[op.name]]
         if op.type in {"Const", "FileConstant"}:
             return [self._constants[op.name]]
+        what = f"op {op.name!r} ({op.type}) on {[f'{a.dtype}{list(a.shape)}' for a in args]}"
+        budget.check(estimate_output_bytes(op, args), what)
+        comm = self._comm
+        if op.name in self._group_ranks:
+            comm = Collectives(comm.mode, self._group_ranks[op.name])
         try:
             with np.errstate(all="ignore"):
-                results = KERNELS[op.type](op, args, self._comm)
+                results = KERNELS[op.type](op, args, comm)
             out = []
             for index, result in enumerate(results):
                 result = np.asarray(result)
                 if index < len(op.output_desc) and op.output_desc[index].dtype:
-                    result = result.astype(numpy_dtype(op.output_desc[index].dtype), copy=False)
+                    result = self._declared(op, index, result)
                 out.append(result)
+            budget.reserve(sum(held_bytes(r) for r in out), what)
             return out
+        except MemoryError as error:
+            if isinstance(error, MemoryLimitError):
+                raise
+            raise MemoryLimitError(
+                f"{what} ran out of memory ({format_bytes(budget.used)} held, limit "
+                f"{format_bytes(budget.limit)}); lower max_bytes (--max-bytes) to what the "
+                "machine can spare, or check the model and input shapes"
+            ) from error
         except KernelValueError as error:
             raise RuntimeInputError(
                 f"op {op.name!r} ({op.type}) failed on values computed from the inputs: {error};"
@@ -334,7 +506,6 @@ class Model:
             TypeError,
             KeyError,
             OverflowError,
-            MemoryError,
             AttributeError,
         ) as error:
             raise ModelFormatError(
@@ -342,8 +513,64 @@ class Model:
                 f"{[f'{a.dtype}{list(a.shape)}' for a in args]}: {error}"
             ) from error
 
+    def _declared(self, op: ge.OpDef, index: int, result: Array) -> Array:
+        # Results take their op's declared dtype (a float64 from numpy's promotion back to
+        # float32, int64 shapes to int32), but never across kinds: a float declared int8 is an
+        # inconsistent graph, not a cast to make silently.
+        want = numpy_dtype(op.output_desc[index].dtype)
+        if result.dtype != want and not np.can_cast(result.dtype, want, casting="same_kind"):
+            raise ModelFormatError(
+                f"{self.path}: op {op.name!r} ({op.type}) computes {result.dtype} for output "
+                f"{index} but its output_desc declares {dtype_name(op.output_desc[index].dtype)}"
+            )
+        return result.astype(want, copy=False)
 
-_STRUCTURAL = frozenset({"Data", "Const", "FileConstant", "NetOutput"})
+
+def _group_members(op: ge.OpDef) -> list[int] | None:
+    """The global ranks of a collective's group, in group order, when the graph says them.
+
+    From the ``ranklist`` attribute, else the ``rank_list=`` part of a non-HCCL group name
+    (``tag=...;rank_list=0,1``), else ``0..rank_size-1``; None when nothing says.
+    """
+    if "ranklist" in op.attr and op.attr["ranklist"].list.i:
+        return [int(r) for r in op.attr["ranklist"].list.i]
+    group = bytes(op.attr["group"].s).decode("utf-8", "replace") if "group" in op.attr else ""
+    for part in group.split(";"):
+        key, _, ranks = part.partition("=")
+        if key.strip() == "rank_list" and ranks:
+            try:
+                return [int(r) for r in ranks.split(",")]
+            except ValueError:
+                return None  # the kernel refuses the group
+    if "rank_size" in op.attr:
+        return list(range(max(int(op.attr["rank_size"].i), 0)))
+    return None
+
+
+def _narrow(array: Array, want: np.dtype[Any], info: TensorInfo) -> Array:
+    """``array`` converted to ``want``, refusing values the narrower type cannot hold."""
+    if array.size and want.kind in "iu" and array.dtype.kind in "iub":
+        limits = np.iinfo(want)
+        low, high = int(array.min()), int(array.max())
+        if low < limits.min or high > limits.max:
+            raise RuntimeInputError(
+                f"input {info} got values {low}..{high}, outside {want}'s range "
+                f"{limits.min}..{limits.max}; pass values that fit (they would wrap around)"
+            )
+    with np.errstate(over="ignore"):  # detected below, with a message that says what to do
+        converted = array.astype(want)
+    if array.size and want.kind in "fc" and array.dtype.kind in "fciub":
+        overflow = np.isfinite(array) & ~np.isfinite(converted)
+        if overflow.any():
+            raise RuntimeInputError(
+                f"input {info} got values beyond {want}'s range (they would become inf); pass "
+                "values that fit"
+            )
+    return converted
+
+
+_INPUT_TYPES = frozenset({"Data", "RefData"})
+_STRUCTURAL = frozenset({"Data", "RefData", "Const", "FileConstant", "NetOutput"})
 
 
 def _find_air(path: Path, rank: int | None) -> Path:
@@ -375,26 +602,38 @@ def load(
     weights_dir: str | os.PathLike[str] | None = None,
     collectives: str = "error",
     rank: int | None = None,
+    max_bytes: int | None = None,
 ) -> Model:
     """Load an ``.air`` file (or an export directory holding one) for the numpy runtime.
 
     Args:
         path: An ``.air`` file, or a directory with exactly one (``rank`` picks one of several).
-        weights_dir: A directory holding the ``FileConstant`` weight files, searched first.
-            Then the export directory (the ``.air``'s, with its ``rank_<r>/``), then the path
-            recorded in the graph (relative to the current directory, as for ATC).
+        weights_dir: A directory holding the ``FileConstant`` weight files, searched first,
+            then the export directory (the ``.air``'s, with its ``rank_<r>/``). A weight is
+            looked up by the last one or two parts of the path recorded in the graph
+            (``<name>``, ``rank_<r>/<name>``); files outside these two directories, symlinks
+            leading out of them and ``..`` are never read.
         collectives: ``"error"`` (default) refuses collective ops; ``"replicated"`` runs them as
             if every rank held the same input (see :class:`Collectives`).
         rank: This rank in a multi-rank export (picks ``<name><rank>.air`` in a directory and
-            the reduce-scatter chunk).
+            the reduce-scatter chunk); it must be a member of every collective's group.
+        max_bytes: Memory budget in bytes for loading and for each :meth:`Model.run` (the
+            model, its constants, inputs and every intermediate result); ``None``: half the
+            memory (physical, or the container's limit), at most 16 GiB. Checked before each
+            allocation.
 
     Raises:
         ModelFormatError: the file is missing, truncated, corrupt or uses unsupported ops.
+        MemoryLimitError: the model or its weights need more than ``max_bytes``.
+        RuntimeInputError: ``rank`` is not a member of a collective's group.
     """
+    limit = check_max_bytes(max_bytes)
     air = _find_air(Path(path), rank)
     size = air.stat().st_size
     if size >= MAX_MODEL_BYTES:
         raise _bad(air, f"it is {size} bytes, over protobuf's 2 GiB limit")
+    # The file's bytes and the parsed message are both held while parsing.
+    Budget(limit).check(2 * size, f"{air}: reading the model")
     model = ge.ModelDef()
     try:
         model.ParseFromString(air.read_bytes())
@@ -409,8 +648,14 @@ def load(
             weights_dir=None if weights_dir is None else Path(weights_dir),
             collectives=collectives,
             rank=rank or 0,
+            max_bytes=limit,
         )
-    except ModelFormatError:
+    except NpuGraphExportError:
         raise
+    except MemoryError as e:  # past the budget: the machine has less than max_bytes free
+        raise MemoryLimitError(
+            f"{air}: ran out of memory while loading (limit {format_bytes(limit)}); pass a "
+            "smaller max_bytes (--max-bytes) so that loading is refused before allocating"
+        ) from e
     except (KernelError, ValueError, KeyError, IndexError, TypeError, OverflowError, OSError) as e:
         raise _bad(air, f"it is inconsistent ({type(e).__name__}: {e})") from e

@@ -1,0 +1,56 @@
+"""Every package's error module keeps the same contract (one parametrized test, not five copies).
+
+Each distribution's version matches its metadata; every error class derives from the package's
+one root error, keeps a builtin base (callers may catch ``ValueError`` and the like), and has a
+``code`` of its own; warnings are ``UserWarning`` subclasses with a code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import version
+
+import pytest
+
+PACKAGES = {
+    "npu_streams": ("npu-streams", "NpuStreamsError"),
+    "npu_mempool": ("npu-mempool", "NpuMempoolError"),
+    "npu_static_kernel": ("npu-static-kernel", "NpuStaticKernelError"),
+    "npu_graph_export": ("npu-graph-export", "NpuGraphExportError"),
+    "npu_compile": ("npu-compile", "NpuCompileError"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PACKAGES))
+def test_version_matches_the_distribution(name: str) -> None:
+    package = importlib.import_module(name)
+    assert package.__version__ == version(PACKAGES[name][0])
+
+
+@pytest.mark.parametrize("name", sorted(PACKAGES))
+def test_errors_share_one_root_keep_a_builtin_and_have_their_own_codes(name: str) -> None:
+    errors = importlib.import_module(f"{name}.errors")
+    root = getattr(errors, PACKAGES[name][1])
+    codes: dict[str, str] = {}
+    for attribute in errors.__all__:
+        cls = getattr(errors, attribute)
+        assert isinstance(cls, type), attribute
+        code = getattr(cls, "code", None)
+        assert isinstance(code, str), f"{attribute} has no code"
+        assert code, f"{attribute} has an empty code"
+        if issubclass(cls, Warning):
+            assert issubclass(cls, UserWarning), attribute
+            continue
+        assert issubclass(cls, root), f"{attribute} does not derive from {root.__name__}"
+        if cls is not root:
+            assert code not in codes, f"{attribute} and {codes.get(code)} share code {code!r}"
+            codes[code] = attribute
+        message = "what went wrong; what to do"
+        try:
+            error = cls(message)
+        except TypeError:
+            continue  # an error with required structured fields
+        assert "what to do" in str(error)
+    # The package re-exports its errors at the top level.
+    package = importlib.import_module(name)
+    assert getattr(package, PACKAGES[name][1]) is root

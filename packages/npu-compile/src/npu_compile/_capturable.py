@@ -1,0 +1,67 @@
+"""Whether an FX graph can be captured into a device graph, and if not, why."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = [
+    "TRAINING_REASON",
+    "devices",
+    "host_sync_reason",
+    "records_autograd",
+    "uncapturable_reason",
+]
+
+
+def devices(example_inputs: Sequence[object]) -> set[str]:
+    return {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+
+
+def uncapturable_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[object]) -> str | None:
+    """Return why this Dynamo graph cannot be captured, or ``None`` if it can."""
+    types = devices(example_inputs)
+    if len(types) > 1:
+        return (
+            f"its inputs live on several device types ({', '.join(sorted(types))}); a device "
+            "graph runs on one device: move every input to the same device"
+        )
+    return None
+
+
+#: Why a graph AOT traced for training is not captured (decided from what the graph does, not
+#: from the grad mode around the call: a ``@torch.no_grad()`` forward traces an inference graph).
+TRAINING_REASON = (
+    "autograd records this graph (an output requires grad); reduce-overhead captures inference "
+    "graphs: call the model under torch.no_grad() or torch.inference_mode()"
+)
+
+
+def records_autograd(meta: Any, grad_enabled: bool) -> bool:
+    """Whether AOT traced a training graph: grad was on and some output requires grad."""
+    return grad_enabled and any(
+        getattr(info, "requires_grad", False) for info in getattr(meta, "output_info", ())
+    )
+
+
+def host_sync_reason(fw_gm: torch.fx.GraphModule) -> str | None:
+    """Ops that read device values on the host cannot be recorded into a device graph."""
+    for node in fw_gm.graph.nodes:
+        if node.op == "call_function" and node.target in _HOST_SYNC_OPS:
+            return (
+                f"node {node.name} ({node.target}) reads a tensor value on the host, which a "
+                "device graph cannot capture; keep the value on the device or move the read "
+                "out of the compiled region"
+            )
+    return None
+
+
+_HOST_SYNC_OPS: frozenset[object] = frozenset(
+    {
+        torch.ops.aten._local_scalar_dense.default,
+        torch.ops.aten.nonzero.default,
+        torch.ops.aten.item.default,
+    }
+)

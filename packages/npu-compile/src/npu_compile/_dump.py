@@ -1,0 +1,127 @@
+"""``debug.data_dump``: run a graph eagerly and save every operator's inputs and outputs as .npy.
+
+As in TorchAir, a graph with a data dump is not captured: each call runs the AOT graph node by
+node and writes, for every operator the filter keeps, ``<node>-<target>.INPUT.<i>.<time>.npy``
+and ``<node>-<target>.OUTPUT.<i>.<time>.npy`` under
+``<path>/worldsize<w>_global_rank<r>/<graph name>/<call number>/``. The filter is called with the
+FX node and keeps it when it returns something truthy (TorchAir returns the node or ``None``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import torch
+import torch.fx
+
+from npu_compile.configs.compiler_config import CompilerConfig
+
+__all__ = ["data_dumper"]
+
+logger = logging.getLogger("npu_compile")
+
+
+def _rank_folder() -> str:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return f"worldsize{dist.get_world_size()}_global_rank{dist.get_rank()}"
+    return "worldsize1_global_rank0"
+
+
+def _as_array(value: object) -> Any:
+    import numpy as np
+
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu()
+        if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16
+            tensor = tensor.float()
+        return tensor.numpy()
+    try:
+        return np.array(value)
+    except Exception:
+        return np.array(str(value))
+
+
+def _save(folder: str, stem: str, value: object) -> None:
+    import numpy as np
+
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".dump-", suffix=".npy")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            np.save(stream, _as_array(value))
+        os.replace(temporary, os.path.join(folder, stem + ".npy"))
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+class _Dumper(torch.fx.Interpreter):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        root: str,
+        keep: Callable[[torch.fx.Node], object] | None,
+    ) -> None:
+        super().__init__(gm)
+        self._root = root
+        self._keep = keep
+        self._steps = itertools.count()
+        self._folder = root
+
+    def __call__(self, *args: Any) -> Any:
+        self._folder = os.path.join(self._root, str(next(self._steps)))
+        os.makedirs(self._folder, exist_ok=True)
+        with torch.no_grad():
+            return self.run(*args)
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op != "call_function" or (self._keep is not None and not self._keep(n)):
+            return super().run_node(n)
+        stamp = datetime.now(tz=UTC).strftime("%Y%m%d%H%M%S%f")
+        prefix = f"{n.name}-{n.target}"
+        # Inputs are saved before the operator runs: an in-place operator changes them.
+        args: Any = self.map_nodes_to_values(n.args, n)
+        for index, arg in enumerate(args):
+            if isinstance(arg, (list, tuple)) and arg and isinstance(arg[0], torch.Tensor):
+                for inner, tensor in enumerate(arg):
+                    _save(self._folder, f"{prefix}.INPUT.{index}.{inner}.{stamp}", tensor)
+            else:
+                _save(self._folder, f"{prefix}.INPUT.{index}.{stamp}", arg)
+        result = super().run_node(n)
+        outputs = result if isinstance(result, (list, tuple)) else [result]
+        for index, output in enumerate(outputs):
+            _save(self._folder, f"{prefix}.OUTPUT.{index}.{stamp}", output)
+        return result
+
+
+def data_dumper(
+    gm: torch.fx.GraphModule, config: CompilerConfig, name: str
+) -> Callable[..., Any] | None:
+    """The dumping callable for ``gm`` when ``debug.data_dump.type`` is set, else ``None``."""
+    dump = config.debug.data_dump
+    if dump.get("type") is None:
+        return None
+    base = dump.get("path") or os.getcwd()
+    assert isinstance(base, str)
+    keep = dump.get("filter")
+    if keep is not None and not callable(keep):
+        from npu_compile.errors import ConfigError
+
+        raise ConfigError(
+            f"debug.data_dump.filter must be None or a function node -> node or None, got "
+            f"{type(keep).__name__}"
+        )
+    root = os.path.join(base, _rank_folder(), name)
+    logger.info(
+        "FX graph %s runs eagerly (debug.data_dump is set): operator inputs and outputs go to %s",
+        name,
+        root,
+    )
+    return _Dumper(gm, root, keep)

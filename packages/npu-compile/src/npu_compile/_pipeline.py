@@ -1,0 +1,253 @@
+"""The per-graph pipeline: Dynamo graph -> AOT forward graph -> passes -> graph runner.
+
+Per FX graph: capturability checks -> AOT autograd (in-place input updates such as a KV cache
+write stay inside the graph) -> input classes from AOT metadata -> post-grad passes ->
+``npu_streams.prepare_for_capture`` -> ints as device scalars -> optional static kernels ->
+``npu_mempool.GraphRunner``. A graph that cannot be captured runs eagerly after one logged reason
+(logger ``npu_compile``), or raises with ``debug.aclgraph.strict = True``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import itertools
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from npu_compile import _compat, _dump, _logs, _passes
+from npu_compile._capturable import (
+    TRAINING_REASON,
+    host_sync_reason,
+    records_autograd,
+    uncapturable_reason,
+)
+from npu_compile._inputs import guarded_by_dynamo, input_kinds, runner_is_whole_call
+from npu_compile._lowering import capture_options, specialized_per_shape, specializer
+from npu_compile._tensorify import tensorify_int_inputs
+from npu_compile.configs.compiler_config import CompilerConfig
+from npu_compile.errors import BackendError, NpuCompileError
+
+if TYPE_CHECKING:
+    from npu_compile.backend import BackendStats
+
+__all__ = ["compile_graph", "replaying_aten_graph_on_cpu"]
+
+logger = logging.getLogger("npu_compile")
+
+CompiledFn = Callable[..., Any]
+_graph_ids = itertools.count()
+
+#: On CPU the emulated graph replays Dynamo's graph rather than the ATen graph (faster Python);
+#: ``replaying_aten_graph_on_cpu()`` runs the ATen graph through the runner as a device does.
+_CPU_REPLAYS_DYNAMO_GRAPH: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "npu_compile_cpu_replays_dynamo_graph", default=True
+)
+
+
+@contextlib.contextmanager
+def replaying_aten_graph_on_cpu(enabled: bool = True) -> Iterator[None]:
+    """Within the block, CPU graphs replay AOT's ATen graph, as a device captures it."""
+    token = _CPU_REPLAYS_DYNAMO_GRAPH.set(not enabled)
+    try:
+        yield
+    finally:
+        _CPU_REPLAYS_DYNAMO_GRAPH.reset(token)
+
+
+@dataclass
+class _Plan:
+    """What the AOT forward compiler decided for one graph."""
+
+    fallback: str | None = None
+    #: The callable to hand Dynamo directly when AOT's runtime wrapper would add nothing.
+    direct: CompiledFn | None = None
+    bypass: bool = False
+
+
+def forward_of(gm: torch.fx.GraphModule) -> CompiledFn:
+    """``gm.forward`` as the generated function itself.
+
+    A lazily recompiled GraphModule's ``forward`` is a stub that recompiles and then goes through
+    ``nn.Module.__call__`` on every call (several µs); compiling now binds the real code.
+    """
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    _LazyGraphModule.force_recompile(gm)
+    forward: CompiledFn = gm.forward
+    return forward
+
+
+def _fallback(
+    gm: torch.fx.GraphModule, name: str, reason: str, config: CompilerConfig, stats: BackendStats
+) -> CompiledFn:
+    if config.debug.aclgraph.strict:
+        raise BackendError(
+            f"cannot capture FX graph {name}: {reason} (debug.aclgraph.strict is set; unset it "
+            "to run such graphs eagerly)"
+        )
+    logger.warning("FX graph %s runs eagerly: %s", name, reason)
+    stats.fallbacks.append((name, reason))
+    return forward_of(gm)
+
+
+def compile_graph(
+    gm: torch.fx.GraphModule,
+    example_inputs: list[object],
+    config: CompilerConfig,
+    stats: BackendStats,
+    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+) -> CompiledFn:
+    from npu_mempool import GraphRunner
+    from npu_streams import prepare_for_capture
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._guards import TracingContext
+
+    name = f"npu_compile_{next(_graph_ids)}"
+    reason = uncapturable_reason(gm, example_inputs)
+    if reason is not None:
+        return _fallback(gm, name, reason, config, stats)
+
+    config = _compat.resolve_pool(config, example_inputs)
+    decompositions = decompositions or {}
+    # The grad mode of the call being compiled (AOT compiles the forward graph without grad).
+    grad_enabled = torch.is_grad_enabled()
+    n_dynamo_inputs = len(example_inputs)
+    device = next(
+        (x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu")
+    )
+    device_type = device.type
+    dynamo_gm = gm
+    plan = _Plan()
+
+    def fw_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
+        fw_gm = gm  # the AOT forward graph (the outer `gm` is Dynamo's)
+        context = TracingContext.try_get()
+        meta = context.fw_metadata if context is not None else None
+        kinds = input_kinds(meta, example_inputs)
+        if meta is not None and records_autograd(meta, grad_enabled):
+            plan.fallback = TRAINING_REASON
+            return forward_of(fw_gm)
+        fw_gm = _passes.run_post_grad_passes(fw_gm, example_inputs, config, name)
+        prepared = prepare_for_capture(fw_gm)
+        forward = forward_of(prepared)
+        host_sync = host_sync_reason(prepared)
+        if host_sync is not None:
+            plan.fallback = host_sync
+            return forward
+        if config.debug.run_eagerly or config.debug.data_dump.enabled:
+            _passes.finish(prepared, example_inputs, config, name)
+            dumper = _dump.data_dumper(prepared, config, name)
+            forward = dumper or forward_of(prepared)
+            stats.eager += 1
+            specialize = (
+                _passes.filter_specializer(config, specializer(config, prepared), forward)
+                if dumper is None
+                else None
+            )
+            if specialize is not None:
+                # The whole pipeline but the capture, as documented: static kernels included.
+                forward = specialized_per_shape(specialize, forward)
+            plan.direct = forward
+            plan.bypass = meta is not None and runner_is_whole_call(meta, fw_gm, n_dynamo_inputs)
+            return forward
+        bypass = meta is not None and runner_is_whole_call(meta, fw_gm, n_dynamo_inputs)
+        # Ints that decide no shape become device scalars: one graph for all their values.
+        tensorified = tensorify_int_inputs(prepared, example_inputs)
+        _passes.finish(prepared, example_inputs, config, name)
+        forward = forward_of(prepared)
+        specialize = _passes.filter_specializer(config, specializer(config, prepared), forward)
+        replayed = forward
+        if (
+            device_type == "cpu"
+            and bypass
+            and specialize is None
+            and tensorified is None
+            and _CPU_REPLAYS_DYNAMO_GRAPH.get()
+            and not _passes.rewrites_graph(config, decompositions)
+        ):
+            # The CPU "graph" replays by re-running Python. Dynamo's graph calls the fast torch
+            # bindings (one `linear` instead of ATen `t` + `addmm` overload calls), several µs
+            # cheaper per step, with the same ops and the same in-place updates. With `bypass`
+            # its inputs are AOT's inputs one to one, so the input classes still apply.
+            replayed = forward_of(dynamo_gm)
+        runner = GraphRunner(
+            replayed,
+            input_kinds=kinds,
+            options=capture_options(config),
+            specialize=specialize,
+            name=name,
+            guarded=guarded_by_dynamo(kinds, example_inputs) if bypass else None,
+        )
+        stats.captured += 1
+        stats._add_runner(runner)
+        _report(name, kinds, tensorified, bypass, specialize is not None, prepared)
+        # The runner as a plain function: what Dynamo calls on every step, so the cheapest form.
+        # Inside AOT's wrapper (no bypass) the runner receives AOT's arguments, which Dynamo
+        # does not guard, so nothing is marked guarded there.
+        function = runner.as_function()
+        if tensorified is not None:
+            function = tensorified.wrap(function, device)
+        plan.direct = function
+        plan.bypass = bypass
+        return function
+
+    from npu_mempool import NpuMempoolError
+    from npu_streams import NpuStreamsError
+
+    try:
+        compiled: CompiledFn = aot_module_simplified(
+            gm,
+            example_inputs,
+            fw_compiler=fw_compiler,
+            decompositions=dict(decompositions),
+            keep_inference_input_mutations=bool(
+                config.experimental_config.keep_inference_input_mutations
+            ),
+        )
+    except (NpuStreamsError, NpuMempoolError, NpuCompileError):
+        # A broken stream scope or a bad option is the user's to fix, never a silent fallback.
+        raise
+    except torch._dynamo.exc.RestartAnalysis:
+        # Dynamo's own signal to trace the frame again (e.g. a Python float or int it will now
+        # pass as a tensor): not a failure of this graph, and the retrace compiles it anew.
+        raise
+    except Exception as error:  # AOT cannot trace this graph: it still runs eagerly
+        reason = f"AOT autograd could not trace it ({type(error).__name__}: {error})"
+        return _fallback(gm, name, reason, config, stats)
+    if plan.fallback is not None:
+        return _fallback(gm, name, plan.fallback, config, stats)
+    if plan.bypass and plan.direct is not None:
+        return plan.direct
+    return compiled
+
+
+def _report(
+    name: str,
+    kinds: Sequence[Any],
+    tensorified: Any,
+    bypass: bool,
+    static_kernels: bool,
+    prepared: torch.fx.GraphModule,
+) -> None:
+    counts = {kind: sum(1 for k in kinds if k is kind) for kind in dict.fromkeys(kinds)}
+    classes = ", ".join(f"{n} {kind.name.lower()}" for kind, n in counts.items())
+    logger.info(
+        "FX graph %s: %d inputs (%s) captured per graph key%s",
+        name,
+        len(kinds),
+        classes or "none",
+        " with static kernels" if static_kernels else "",
+    )
+    logger.debug(
+        "FX graph %s: input classes %s; ints passed as device scalars at %s; AOT wrapper %s",
+        name,
+        [kind.name for kind in kinds],
+        list(tensorified.inputs) if tensorified is not None else [],
+        "skipped" if bypass else "kept",
+    )
+    _logs.dump_graph(name, prepared)
