@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,34 @@ class StaticKernelCounters:
     installs: int = 0
     loads: int = 0
     fallbacks: int = 0
+
+    def snapshot(self) -> dict[str, int]:
+        """The current values as a plain dict."""
+        return dataclasses.asdict(self)
+
+    @contextlib.contextmanager
+    def expect(self, **deltas: int) -> Iterator[None]:
+        """Assert how much each named counter moves inside the ``with`` block.
+
+        Raises:
+            AssertionError: A counter moved by another amount (all mismatches are listed).
+            TypeError: A name that is not a counter.
+        """
+        unknown = sorted(set(deltas) - set(self.snapshot()))
+        if unknown:
+            raise TypeError(
+                f"unknown counter(s) {unknown}; expected some of {list(self.snapshot())}"
+            )
+        before = self.snapshot()
+        yield
+        after = self.snapshot()
+        wrong = [
+            f"{name} moved by {after[name] - before[name]}, expected {expected}"
+            for name, expected in deltas.items()
+            if after[name] - before[name] != expected
+        ]
+        if wrong:
+            raise AssertionError("static kernel counters: " + "; ".join(wrong))
 
 
 def default_builder(device_type: str) -> StaticKernelBuilder:
