@@ -11,10 +11,7 @@ import pytest
 def _accelerator_available() -> bool:
     import torch
 
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and hasattr(accelerator, "is_available"):
-        return bool(accelerator.is_available())
-    return bool(torch.cuda.is_available())
+    return bool(torch.accelerator.is_available())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -54,3 +54,29 @@ def test_errors_share_one_root_keep_a_builtin_and_have_their_own_codes(name: str
     # The package re-exports its errors at the top level.
     package = importlib.import_module(name)
     assert getattr(package, PACKAGES[name][1]) is root
+
+
+def _counters() -> list[object]:
+    import npu_compile
+    import npu_mempool
+    import npu_static_kernel
+
+    return [
+        npu_mempool.Counters(),
+        npu_static_kernel.StaticKernelCounters(),
+        npu_compile.get_npu_backend().stats,
+    ]
+
+
+@pytest.mark.parametrize("counters", _counters(), ids=lambda c: type(c).__name__)
+def test_every_package_s_counters_snapshot_and_expect(counters: object) -> None:
+    snapshot = counters.snapshot()  # type: ignore[attr-defined]
+    assert isinstance(snapshot, dict)
+    assert snapshot
+    name = next(iter(snapshot))
+    with counters.expect(**{name: 0}):  # type: ignore[attr-defined]
+        pass
+    with pytest.raises(AssertionError, match=name), counters.expect(**{name: 1}):  # type: ignore[attr-defined]
+        pass
+    with pytest.raises(TypeError), counters.expect(no_such_counter=1):  # type: ignore[attr-defined]
+        pass

@@ -38,6 +38,7 @@ ALTERNATE: dict[str, object] = {
     "post_grad_custom_post_pass": _pass,
     "debug.graph_dump.type": "py",
     "debug.graph_dump.path": "<dir>",
+    "debug.fx_summary.path": "<dir>",
     "debug.data_dump.type": "npy",
     "debug.data_dump.path": "<dir>",
     "debug.data_dump.filter": _pass,
@@ -119,6 +120,7 @@ def test_option_row(row: list[str], tmp_path: Path) -> None:
     # A dump type writes into these folders, not into the current directory.
     config.debug.graph_dump.path = str(tmp_path)
     config.debug.data_dump.path = str(tmp_path)
+    config.debug.fx_summary.path = str(tmp_path)
     config.set(path, value)
     read = config.get(path)
     assert read == (tuple(value) if isinstance(value, list) else value)

@@ -73,3 +73,30 @@ def test_torch_logs_and_compile_debug_reach_our_loggers(tmp_path: Path) -> None:
     assert dumped, sorted(str(p) for p in tmp_path.rglob("*"))[:20]
     traces = list(tmp_path.glob("torch_compile_debug/tlparse/*.log"))
     assert any("npu_mempool_capture" in t.read_text() for t in traces)
+
+
+@pytest.mark.parametrize("skip_compile", [True, False])
+def test_fx_summary_writes_operator_counts(tmp_path: Path, skip_compile: bool) -> None:
+    import csv
+
+    from npu_compile import CompilerConfig
+
+    config = CompilerConfig()
+    config.debug.fx_summary.type = "csv"
+    config.debug.fx_summary.skip_compile = skip_compile
+    config.debug.fx_summary.path = str(tmp_path)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.ReLU()).eval()
+    backend = get_npu_backend(compiler_config=config)
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(compiled(x), model(x))
+    (summary,) = tmp_path.glob("*.csv")
+    rows = list(csv.reader(summary.read_text().splitlines()))
+    assert rows[0] == ["op", "count", "inputs of the first use"]
+    counts = {row[0]: int(row[1]) for row in rows[1:]}
+    assert sum(n for op, n in counts.items() if op.startswith("aten.relu")) == 2, counts
+    assert any("float32[2, 4]" in row[2] for row in rows[1:])
+    captured = sum(r.counters.captures for r in backend.stats.runners)
+    assert captured == (0 if skip_compile else 1)

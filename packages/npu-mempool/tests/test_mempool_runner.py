@@ -538,3 +538,13 @@ def test_values_that_repeat_are_not_churn() -> None:
         torch.testing.assert_close(runner(x, step % 4), x + step % 4)
     assert runner.counters.captures == 4
     assert runner.counters.replays == 36
+
+
+def test_recapture_reasons_are_enum_members_that_read_as_strings() -> None:
+    runner = GraphRunner(lambda x, w: x @ w, input_kinds=[U, P])
+    runner(torch.ones(1, 2), torch.ones(2, 2))
+    runner(torch.ones(1, 2), torch.ones(2, 2))  # another parameter tensor
+    reasons = runner.counters.recapture_reasons
+    assert reasons[npu_mempool.RecaptureReason.PARAMETER_MOVED] == 1
+    assert reasons["parameter_moved"] == 1
+    assert runner.counters.snapshot()["recapture_reasons"] == {"parameter_moved": 1}

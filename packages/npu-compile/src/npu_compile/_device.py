@@ -27,13 +27,14 @@ __all__ = [
 
 
 def _accelerator() -> torch.device | None:
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and hasattr(accelerator, "current_accelerator"):
-        if not accelerator.is_available():
-            return None
-        found = accelerator.current_accelerator()
-        return None if found is None else torch.device(found.type, 0)
-    return torch.device("cuda", 0) if torch.cuda.is_available() else None
+    # The current device, as every package of the stack reads it: the current accelerator at the
+    # calling thread's current index (not always the first: torch.accelerator.set_device_index).
+    if not torch.accelerator.is_available():
+        return None
+    found = torch.accelerator.current_accelerator()
+    if found is None:
+        return None
+    return torch.device(found.type, torch.accelerator.current_device_index())
 
 
 def has_accelerator() -> bool:
@@ -49,8 +50,14 @@ def best_device(requested: str | None = None) -> torch.device:
     """
     if requested:
         device = torch.device(requested)
-        # An accelerator without an index means its first device (timing events need one).
-        return device if device.type == "cpu" else torch.device(device.type, device.index or 0)
+        given: int | None = device.index  # None when named without one ("cuda")
+        if device.type == "cpu" or given is not None:
+            return device
+        # An accelerator named without an index means its current device (timing events need
+        # an explicit one), as it does for torch itself.
+        current = _accelerator()
+        index = current.index if current is not None and current.type == device.type else 0
+        return torch.device(device.type, index)
     found = _accelerator()
     return found if found is not None else torch.device("cpu")
 

@@ -28,6 +28,7 @@ from npu_compile._capturable import (
 )
 from npu_compile._inputs import guarded_by_dynamo, input_kinds, runner_is_whole_call
 from npu_compile._lowering import capture_options, specialized_per_shape, specializer
+from npu_compile._summary import write_fx_summary
 from npu_compile._tensorify import tensorify_int_inputs
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NpuCompileError
@@ -139,8 +140,14 @@ def compile_graph(
         if host_sync is not None:
             plan.fallback = host_sync
             return forward
-        if config.debug.run_eagerly or config.debug.data_dump.enabled:
+        summary = config.debug.fx_summary
+        if (
+            config.debug.run_eagerly
+            or config.debug.data_dump.enabled
+            or (summary.enabled and summary.skip_compile)
+        ):
             _passes.finish(prepared, example_inputs, config, name)
+            write_fx_summary(prepared, config, name)
             dumper = _dump.data_dumper(prepared, config, name)
             forward = dumper or forward_of(prepared)
             stats.eager += 1
@@ -159,6 +166,7 @@ def compile_graph(
         # Ints that decide no shape become device scalars: one graph for all their values.
         tensorified = tensorify_int_inputs(prepared, example_inputs)
         _passes.finish(prepared, example_inputs, config, name)
+        write_fx_summary(prepared, config, name)
         forward = forward_of(prepared)
         specialize = _passes.filter_specializer(config, specializer(config, prepared), forward)
         replayed = forward

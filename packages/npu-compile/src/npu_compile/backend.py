@@ -9,9 +9,10 @@ in ``_inputs``, config lowering in ``_lowering``); this module holds the backend
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +67,37 @@ class BackendStats:
 
     def _add_runner(self, runner: GraphRunner) -> None:
         self._runner_refs.append(weakref.ref(runner))
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counts as a plain dict (``fallbacks`` as a count; the reasons stay on the object)."""
+        return {
+            "fx_graphs": self.fx_graphs,
+            "captured": self.captured,
+            "eager": self.eager,
+            "fallbacks": len(self.fallbacks),
+        }
+
+    @contextlib.contextmanager
+    def expect(self, **deltas: int) -> Iterator[None]:
+        """Assert how much each named count moves inside the ``with`` block.
+
+        Raises:
+            AssertionError: A count moved by another amount (all mismatches are listed).
+            TypeError: A name that is not a count.
+        """
+        unknown = sorted(set(deltas) - set(self.snapshot()))
+        if unknown:
+            raise TypeError(f"unknown count(s) {unknown}; expected some of {list(self.snapshot())}")
+        before = self.snapshot()
+        yield
+        after = self.snapshot()
+        wrong = [
+            f"{name} moved by {after[name] - before[name]}, expected {expected}"
+            for name, expected in deltas.items()
+            if after[name] - before[name] != expected
+        ]
+        if wrong:
+            raise AssertionError("backend stats: " + "; ".join(wrong))
 
 
 class NpuBackend:

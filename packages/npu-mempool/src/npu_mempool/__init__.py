@@ -8,7 +8,7 @@ inputs are copied into pool buffers (mode 3).
 
 from __future__ import annotations
 
-from npu_mempool._counters import Counters, counters
+from npu_mempool._counters import Counters, RecaptureReason, counters
 from npu_mempool._devices import graph_implementation, graph_pool_handle
 from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._pool import PoolHandle
@@ -33,6 +33,7 @@ __all__ = [
     "graph_implementation",
     "PoolHandle",
     "Counters",
+    "RecaptureReason",
     "counters",
     "NpuMempoolError",
     "CaptureError",

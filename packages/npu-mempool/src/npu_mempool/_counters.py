@@ -3,11 +3,30 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["Counters", "counters"]
+__all__ = ["Counters", "RecaptureReason", "counters"]
+
+
+class RecaptureReason(enum.StrEnum):
+    """Why a graph key was captured again (keys of ``Counters.recapture_reasons``).
+
+    Members are strings, so ``counters.recapture_reasons["parameter_moved"]`` keeps working.
+
+    Attributes:
+        PARAMETER_MOVED: A PARAMETER input came at a new address (another module instance).
+        MUTATED_INPUT_MOVED: A MUTATED input came at a new address (another KV cache).
+        OUTPUTS_IN_USE: The key's graph (or another graph of its pool) had outputs still in use,
+            so the call took a new call path.
+    """
+
+    PARAMETER_MOVED = "parameter_moved"
+    MUTATED_INPUT_MOVED = "mutated_input_moved"
+    OUTPUTS_IN_USE = "outputs_in_use"
+
 
 _FIELDS = ("captures", "replays", "recaptures", "fallbacks", "eager_calls", "pool_bytes")
 
@@ -36,7 +55,7 @@ class Counters:
     def __init__(self, pool_bytes: Callable[[], int] | None = None) -> None:
         self.captures = 0
         self.replays = 0
-        self.recapture_reasons: Counter[str] = Counter()
+        self.recapture_reasons: Counter[str] = Counter()  # RecaptureReason -> count
         self.fallbacks = 0
         self.eager_calls = 0
         self._pool_bytes = pool_bytes
@@ -54,7 +73,7 @@ class Counters:
     def snapshot(self) -> dict[str, Any]:
         """Return the current values as a plain dict (``recapture_reasons`` copied)."""
         values: dict[str, Any] = {name: getattr(self, name) for name in _FIELDS}
-        values["recapture_reasons"] = dict(self.recapture_reasons)
+        values["recapture_reasons"] = {str(k): v for k, v in self.recapture_reasons.items()}
         return values
 
     @contextlib.contextmanager

@@ -31,6 +31,7 @@ class Entry:
         "_dst",
         "_leaves",
         "_owned",
+        "_ref",
         "_shape",
         "_user",
         "_uses",
@@ -83,6 +84,7 @@ class Entry:
                 cdata = leaf.untyped_storage()._cdata
                 uses[cdata] = storage_uses(cdata)
         self._uses = tuple(uses.items())
+        self._ref = weakref.ref(self)
 
     def in_use(self) -> bool:
         """Whether an output this graph handed out (or a view of one) is still alive."""
@@ -110,7 +112,7 @@ class Entry:
                 for leaf, mine in zip(self._leaves, self._owned, strict=True)
             ]
             # The pool must know: its other graphs may not write this memory while it is used.
-            self.pool._lent[id(self)] = weakref.ref(self)
+            self.pool._lent[id(self)] = self._ref
         else:
             leaves = self._leaves
         return self._shape.build(leaves)
@@ -140,12 +142,17 @@ def pool_in_use(pool: PoolHandle, but: Entry | None = None) -> bool:
 
     Graphs found idle are forgotten, so the check costs one look per graph still lent out.
     """
+    lent = pool._lent
+    if not lent or (but is not None and len(lent) == 1 and id(but) in lent):
+        return False  # nothing lent, or only the graph the caller checked itself
     busy = False
-    for ident, ref in list(pool._lent.items()):
+    for ident, ref in list(lent.items()):
         entry = ref()
+        if entry is but:
+            continue  # the caller checked it
         if entry is None or not entry.in_use():
-            del pool._lent[ident]
-        elif entry is not but:
+            del lent[ident]
+        else:
             busy = True
     return busy
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from npu_mempool._capture import capture
-from npu_mempool._counters import Counters, counters
+from npu_mempool._counters import Counters, RecaptureReason, counters
 from npu_mempool._devices import GraphBackend, backend_for
 from npu_mempool._entry import Entry, pool_in_use
 from npu_mempool._keys import Layout
@@ -302,11 +302,11 @@ class GraphRunner:
             self._drop_dead(path, key)
             if self.num_graphs >= self._options.capture_limit:
                 return self._hit_limit(args)
-        reason = None
+        reason: RecaptureReason | None = None
         if entries:
             reason = self._moved_reason(entries[0], args)
         elif path is not self._paths[0] and known:
-            reason = "outputs_in_use"
+            reason = RecaptureReason.OUTPUTS_IN_USE
         pool, backend = self._ensure_pool(path, args)
         fn = self._specialized.get(key)
         if fn is None:
@@ -415,11 +415,13 @@ class GraphRunner:
         assert self._layout is not None
         return self._layout
 
-    def _moved_reason(self, entry: Entry, args: tuple[Any, ...]) -> str:
+    def _moved_reason(self, entry: Entry, args: tuple[Any, ...]) -> RecaptureReason:
         layout = self._layout_checked()
         now = tuple(args[i].data_ptr() for i in layout.watched)
         moved = {i for i, a, b in zip(layout.watched, now, entry.ptrs, strict=True) if a != b}
-        return "mutated_input_moved" if moved.intersection(layout.mutated) else "parameter_moved"
+        if moved.intersection(layout.mutated):
+            return RecaptureReason.MUTATED_INPUT_MOVED
+        return RecaptureReason.PARAMETER_MOVED
 
     def _drop_dead(self, path: _Path, key: Hashable) -> None:
         entries = path.entries.get(key)

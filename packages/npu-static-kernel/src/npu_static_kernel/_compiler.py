@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,34 @@ class StaticKernelCounters:
     installs: int = 0
     loads: int = 0
     fallbacks: int = 0
+
+    def snapshot(self) -> dict[str, int]:
+        """The current values as a plain dict."""
+        return dataclasses.asdict(self)
+
+    @contextlib.contextmanager
+    def expect(self, **deltas: int) -> Iterator[None]:
+        """Assert how much each named counter moves inside the ``with`` block.
+
+        Raises:
+            AssertionError: A counter moved by another amount (all mismatches are listed).
+            TypeError: A name that is not a counter.
+        """
+        unknown = sorted(set(deltas) - set(self.snapshot()))
+        if unknown:
+            raise TypeError(
+                f"unknown counter(s) {unknown}; expected some of {list(self.snapshot())}"
+            )
+        before = self.snapshot()
+        yield
+        after = self.snapshot()
+        wrong = [
+            f"{name} moved by {after[name] - before[name]}, expected {expected}"
+            for name, expected in deltas.items()
+            if after[name] - before[name] != expected
+        ]
+        if wrong:
+            raise AssertionError("static kernel counters: " + "; ".join(wrong))
 
 
 def default_builder(device_type: str) -> StaticKernelBuilder:
@@ -366,92 +396,118 @@ class StaticKernelCompiler:
             if loaded is not None:
                 return loaded
             protected = _protected_args(gm, args)
-            failure: NpuStaticKernelError | None = None
-            statistics: OpStatistics | None = None
-            write_dir = self._choose_write_dir()
-            try:
-                statistics = record_op_statistics(
-                    gm,
-                    *protected,
-                    build_dir=write_dir,
-                    supports=builder.supports_op,
-                )
-            except OSError as exc:
-                # Still meet the node's barrier below: the other processes wait there.
-                failure = CacheError(
-                    f"cannot write op statistics under {write_dir} ({exc}); pass a "
-                    "writable directory as the build directory"
-                )
-            else:
-                self.counters.records += 1
-                self.last_statistics = statistics
+            statistics, failure = self._record(gm, protected, builder)
             request = BuildRequest(gm, args, statistics, key, device_type)
-            # On CUDA every process has its own key (the device index is in it): each builds or
-            # finds its own artifact; elsewhere the node's leader does it for everyone.
-            if role.is_leader or _per_device(device_type):
-                try:
-                    if failure is None:
-                        self._build_or_find(request, builder)
-                except NpuStaticKernelError as exc:
-                    failure = exc
-                except OSError as exc:  # disk full, permissions: the cache could not be written
-                    failure = CacheError(
-                        f"cannot write the static kernel cache in {self._write_cache.root} "
-                        f"({exc}); free space or pass a writable build directory"
-                    )
-                finally:
-                    role.barrier()
-            else:
-                role.barrier()
+            failure = self._build_on_node(request, builder, role, failure)
             if failure is not None:
                 return self._fallback(gm, failure)
-            path = self._locate(key)
-            if path is None:
-                return self._fallback(
-                    gm,
-                    BuildError(
-                        f"no artifact for key {key[:12]} after the node's build; the process with "
-                        "local rank 0 logged why"
-                    ),
-                )
             try:
-                fn = builder.load(path, request)
-            except CacheError as exc:
-                if role.local_world_size > 1:
-                    return self._fallback(gm, exc)
-                # Alone on the node: a damaged artifact (truncated copy, disk error) is replaced.
-                self._reject(path, key, exc)
-                try:
-                    self._build_or_find(request, builder)
-                    path = self._locate(key)
-                    if path is None:
-                        raise exc
-                    fn = builder.load(path, request)
-                except NpuStaticKernelError as again:
-                    return self._fallback(gm, again)
-                except OSError as again:
-                    return self._fallback(
-                        gm, CacheError(f"cannot rebuild the artifact {key[:12]} ({again})")
-                    )
+                fn = self._load(request, builder, role)
+                self._first_run(fn, gm, protected, request)
             except NpuStaticKernelError as exc:
                 return self._fallback(gm, exc)
-            if fn != gm.forward:
-                # One run on the protected copies: proves the artifact works here and finishes
-                # lazy work (kernel loading) before anyone captures it.
-                try:
-                    fn(*protected)
-                    _device.synchronize(device_type)
-                except Exception as exc:
-                    return self._fallback(
-                        gm,
-                        CacheError(
-                            f"the artifact {key[:12]} failed its first run ({type(exc).__name__}: "
-                            f"{exc}); remove it with `npu-static-kernel clean --key {key[:12]}`"
-                        ),
-                    )
             self.counters.loads += 1
             self._loaded[key] = fn
             return fn
+
+    def _record(
+        self, gm: torch.fx.GraphModule, protected: Sequence[Any], builder: StaticKernelBuilder
+    ) -> tuple[OpStatistics | None, NpuStaticKernelError | None]:
+        """Step 1: the op statistics of this graph key, written in the seed's layout."""
+        write_dir = self._choose_write_dir()
+        try:
+            statistics = record_op_statistics(
+                gm, *protected, build_dir=write_dir, supports=builder.supports_op
+            )
+        except OSError as exc:
+            # Reported after the node's barrier (step 2): the other processes wait there.
+            return None, CacheError(
+                f"cannot write op statistics under {write_dir} ({exc}); pass a writable "
+                "directory as the build directory"
+            )
+        self.counters.records += 1
+        self.last_statistics = statistics
+        return statistics, None
+
+    def _build_on_node(
+        self,
+        request: BuildRequest,
+        builder: StaticKernelBuilder,
+        role: NodeRole,
+        failure: NpuStaticKernelError | None,
+    ) -> NpuStaticKernelError | None:
+        """Step 2: build (or find) the artifact, once per node, and meet the node's barrier.
+
+        On CUDA every process has its own key (the device index is in it): each builds or finds
+        its own artifact; elsewhere the node's leader does it for everyone.
+        """
+        if not (role.is_leader or _per_device(request.device_type)):
+            role.barrier()
+            return failure
+        try:
+            if failure is None:
+                self._build_or_find(request, builder)
+        except NpuStaticKernelError as exc:
+            failure = exc
+        except OSError as exc:  # disk full, permissions: the cache could not be written
+            failure = CacheError(
+                f"cannot write the static kernel cache in {self._write_cache.root} ({exc}); "
+                "free space or pass a writable build directory"
+            )
+        finally:
+            role.barrier()
+        return failure
+
+    def _load(
+        self, request: BuildRequest, builder: StaticKernelBuilder, role: NodeRole
+    ) -> Callable[..., Any]:
+        """Step 3: load the verified artifact; alone on the node, replace a damaged one once."""
+        key = request.key
+        path = self._locate(key)
+        if path is None:
+            raise BuildError(
+                f"no artifact for key {key[:12]} after the node's build; the process with local "
+                "rank 0 logged why"
+            )
+        try:
+            return builder.load(path, request)
+        except CacheError as exc:
+            if role.local_world_size > 1:
+                raise
+            # Alone on the node: a damaged artifact (truncated copy, disk error) is replaced.
+            self._reject(path, key, exc)
+            try:
+                self._build_or_find(request, builder)
+            except OSError as again:
+                raise CacheError(f"cannot rebuild the artifact {key[:12]} ({again})") from again
+            path = self._locate(key)
+            if path is None:
+                raise exc from None
+            return builder.load(path, request)
+
+    def _first_run(
+        self,
+        fn: Callable[..., Any],
+        gm: torch.fx.GraphModule,
+        protected: Sequence[Any],
+        request: BuildRequest,
+    ) -> None:
+        """Step 4: one run on the protected copies.
+
+        It proves the artifact works here and finishes lazy work (kernel loading) before anyone
+        captures it.
+        """
+        if fn == gm.forward:
+            return
+        try:
+            fn(*protected)
+            _device.synchronize(request.device_type)
+        except Exception as exc:
+            key = request.key
+            raise CacheError(
+                f"the artifact {key[:12]} failed its first run ({type(exc).__name__}: {exc}); "
+                f"remove it with `npu-static-kernel clean --key {key[:12]}`"
+            ) from exc
 
     def _choose_write_dir(self) -> Path:
         """Return the directory for statistics and new artifacts (decided once per compiler)."""

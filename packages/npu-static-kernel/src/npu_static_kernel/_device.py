@@ -75,31 +75,18 @@ def synchronize(device_type: str) -> None:
     """Wait for queued device work so recorded op statistics describe completed calls."""
     if device_type == "cpu":
         return
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and hasattr(accelerator, "synchronize"):
-        accelerator.synchronize()
-    elif device_type == "cuda":
-        torch.cuda.synchronize()
+    torch.accelerator.synchronize()
 
 
 def current_device_index(device_type: str) -> int | None:
     """The calling thread's current device index for ``device_type`` (None on CPU)."""
     if device_type == "cpu":
         return None
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and hasattr(accelerator, "current_device_index"):
-        return int(accelerator.current_device_index())
-    if device_type == "cuda":
-        return int(torch.cuda.current_device())
-    return None
+    return int(torch.accelerator.current_device_index())
 
 
 def set_device_index(device_type: str, index: int | None) -> None:
     """Make ``index`` the current device of the calling thread (a new thread starts at 0)."""
     if index is None:
         return
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and hasattr(accelerator, "set_device_index"):
-        accelerator.set_device_index(index)
-    elif device_type == "cuda":
-        torch.cuda.set_device(index)
+    torch.accelerator.set_device_index(index)

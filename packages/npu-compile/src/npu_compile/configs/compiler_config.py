@@ -175,10 +175,19 @@ class DataDumpConfig(_DumpBase):
 
 
 class FxSummaryConfig(_DumpBase):
-    """``debug.fx_summary``: GE's operator summary CSV; accepted, no effect here."""
+    """``debug.fx_summary``: the operator statistics of each FX graph, as CSV.
 
-    type = _Option[str | None](None, optional_choice("csv"), "fx summary", effect=_GE)
-    skip_compile = _Option(True, boolean, "skip compilation after the summary", effect=_GE)
+    Attributes:
+        type: ``"csv"`` writes one file per FX graph (AOT's graph after the passes): a row per
+            operator with its count and the input dtypes and shapes of its first use.
+        skip_compile: Then run the graph eagerly instead of capturing it (TorchAir skips GE's
+            compilation after the summary).
+        path: Folder of the summaries (default: current directory; also ``_path``).
+    """
+
+    type = _Option[str | None](None, optional_choice("csv"), "fx summary")
+    skip_compile = _Option(True, boolean, "skip compilation after the summary")
+    path = _Option[str | None](None, real_path, "fx summary folder")
 
 
 class DebugConfig(_Node):
