@@ -158,3 +158,45 @@ def test_decode_bench_flags_a_variant_that_fell_back(monkeypatch: pytest.MonkeyP
     assert ours.name == "npu_compile reduce-overhead"
     assert "NOT captured" in ours.note
     assert "test says no" in ours.note
+
+
+def test_diagnose_json_trace_and_a_user_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    (tmp_path / "my_steps.py").write_text(
+        "import torch\n"
+        "def make():\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()\n"
+        "    return model, (torch.randn(2, 8),)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    trace = tmp_path / "trace.json"
+    code = main(
+        [
+            "diagnose",
+            "--model",
+            "my_steps:make",
+            "--steps",
+            "2",
+            "--quiet",
+            "--json",
+            "--trace",
+            str(trace),
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    document = json.loads(out)  # stdout holds the JSON document only
+    assert document["verdict"] in {"Host Bound", "Device Bound"}
+    assert document["compiled"]["label"] == "reduce-overhead"
+    names = {event.get("name") for event in json.loads(trace.read_text())["traceEvents"]}
+    assert "npu_mempool.replay" in names
+
+
+def test_diagnose_with_a_bad_model_name_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagnose", "--model", "no_such_module_x:make", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "cannot import" in err[0]

@@ -161,27 +161,48 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _diagnose(args: argparse.Namespace) -> int:
+    import json
+
     import torch
 
     from npu_compile import _device
     from npu_compile._demo_model import DemoConfig, TinyDecoder
-    from npu_compile._diagnose import diagnose
+    from npu_compile._diagnose import diagnose, load_step
 
-    device = _device.best_device(args.device)
-    model = TinyDecoder(DemoConfig(layers=args.layers, dim=args.dim)).to(device).eval()
-    prompt = model.prompt()
-    token = prompt[:, :1].contiguous()
-    position = torch.full((1,), prompt.shape[1], dtype=torch.long, device=device)
-    print(f"diagnosing one decode step of the demo model ({args.layers} layers, dim {args.dim})")
+    # With --json, stdout carries the JSON document only; everything else goes to stderr.
+    say = sys.stderr if args.json else sys.stdout
+    if args.model is not None:
+        try:
+            step, inputs = load_step(args.model)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print(f"diagnosing {args.model}", file=say)
+    else:
+        device = _device.best_device(args.device)
+        model = TinyDecoder(DemoConfig(layers=args.layers, dim=args.dim)).to(device).eval()
+        prompt = model.prompt()
+        token = prompt[:, :1].contiguous()
+        position = torch.full((1,), prompt.shape[1], dtype=torch.long, device=device)
+        step, inputs = model, (token, position)
+        print(
+            f"diagnosing one decode step of the demo model ({args.layers} layers, dim {args.dim})",
+            file=say,
+        )
     report = diagnose(
-        model,
-        token,
-        position,
+        step,
+        *inputs,
         steps=args.steps,
         compare=not args.eager_only,
         progress=None if args.quiet else sys.stderr,
+        trace=args.trace,
     )
-    print(report)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(report)
+    if args.trace is not None:
+        print(f"trace written to {args.trace} (open it in Perfetto or chrome://tracing)", file=say)
     return 0
 
 
@@ -220,6 +241,22 @@ def _parser() -> argparse.ArgumentParser:
     diag.add_argument("--dim", type=int, default=128, help="hidden size")
     diag.add_argument("--eager-only", action="store_true", help="skip the compiled comparison")
     diag.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    diag.add_argument(
+        "--model",
+        default=None,
+        metavar="MODULE:FACTORY",
+        help="diagnose your own step: FACTORY() in MODULE returns (step, inputs_tuple); "
+        "--layers and --dim then do not apply",
+    )
+    diag.add_argument(
+        "--trace",
+        default=None,
+        metavar="FILE",
+        help="write a Chrome/Perfetto trace of the measured steps (torch.profiler) to FILE",
+    )
+    diag.add_argument(
+        "--json", action="store_true", help="print the report as JSON on stdout (for scripts)"
+    )
     return parser
 
 
