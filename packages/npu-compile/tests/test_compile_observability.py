@@ -100,3 +100,18 @@ def test_fx_summary_writes_operator_counts(tmp_path: Path, skip_compile: bool) -
     assert any("float32[2, 4]" in row[2] for row in rows[1:])
     captured = sum(r.counters.captures for r in backend.stats.runners)
     assert captured == (0 if skip_compile else 1)
+
+
+def test_stream_fork_and_join_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    import npu_compile
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        with npu_compile.scope.npu_stream_switch("observed"):
+            y = x * 2
+        return y + 1
+
+    compiled = torch.compile(fn, backend=get_npu_backend())
+    with caplog.at_level(logging.DEBUG, logger="npu_streams"), torch.no_grad():
+        compiled(torch.randn(3))
+    messages = [r.getMessage() for r in caplog.records if r.name == "npu_streams"]
+    assert any("stream scope 'observed': fork after" in m for m in messages), messages

@@ -407,6 +407,7 @@ class StaticKernelCompiler:
             except NpuStaticKernelError as exc:
                 return self._fallback(gm, exc)
             self.counters.loads += 1
+            logger.debug("static kernels %s loaded for %s", key[:12], [_describe(a) for a in args])
             self._loaded[key] = fn
             return fn
 
@@ -574,6 +575,7 @@ class StaticKernelCompiler:
                 found = self._verified(other, key)
                 if found is not None:
                     # A read-only cache: committed entries never change, so no lock is needed.
+                    logger.info("static kernels %s found in %s", key[:12], other.root)
                     self.counters.hits += 1
                     builder.install(found)
                     self.counters.installs += 1
@@ -611,6 +613,7 @@ class StaticKernelCompiler:
                 self.counters.builds += 1
                 logger.info("built static kernels %s for %s", key[:12], entry.inputs)
             else:
+                logger.info("static kernels %s found in the cache %s", key[:12], cache.root)
                 self.counters.hits += 1
             builder.install(path)
             self.counters.installs += 1

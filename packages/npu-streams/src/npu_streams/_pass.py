@@ -204,6 +204,14 @@ def prepare_for_capture(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         join_tag = f"graph{graph_id}.join{index}"
         _insert(graph, "internal_event_record", join_tag, tag, before=exit_)
         _insert(graph, "internal_event_wait", join_tag, DEFAULT_TAG, before=join_point)
+        _log.debug(
+            "stream scope %r: fork after %s, join before %s (events %s, %s)",
+            tag,
+            first_op.name,
+            join_point.name,
+            fork_tag,
+            join_tag,
+        )
     _order_waits(graph, graph_id)
     graph.lint()
     gm.recompile()
