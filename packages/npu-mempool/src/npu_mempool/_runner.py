@@ -225,7 +225,7 @@ class GraphRunner:
             )
         try:
             key = layout.key(args)
-            failed = key in self._failed
+            failed = key in self._failed  # also proves the key hashable (else a layout error)
             ptrs = tuple([args[i].data_ptr() for i in layout.watched]) if layout.watched else ()
         except _LAYOUT_ERRORS as exc:
             raise self._layout_error(args) from exc

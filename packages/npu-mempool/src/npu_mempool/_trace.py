@@ -7,26 +7,24 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import torch
 from torch._logging._internal import trace_structured
 from torch.autograd import profiler
 
-__all__ = ["profiled", "trace_capture"]
+__all__ = ["profiled", "profiling", "trace_capture"]
 
 
-@contextlib.contextmanager
-def _range(name: str) -> Iterator[None]:
-    with torch.autograd.profiler.record_function(name):
-        yield
+def profiling() -> bool:
+    """Whether a ``torch.profiler`` session is recording (a plain flag read)."""
+    return profiler._is_profiler_enabled
 
 
-def profiled(name: str) -> contextlib.AbstractContextManager[None]:
+def profiled(name: str) -> contextlib.AbstractContextManager[Any]:
     """A ``torch.profiler`` range named ``name`` while a profiler runs; else nothing."""
     if profiler._is_profiler_enabled:
-        return _range(name)
+        return profiler.record_function(name)
     return contextlib.nullcontext()
 
 
