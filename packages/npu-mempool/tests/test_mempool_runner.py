@@ -548,3 +548,17 @@ def test_recapture_reasons_are_enum_members_that_read_as_strings() -> None:
     assert reasons[npu_mempool.RecaptureReason.PARAMETER_MOVED] == 1
     assert reasons["parameter_moved"] == 1
     assert runner.counters.snapshot()["recapture_reasons"] == {"parameter_moved": 1}
+
+
+def test_process_wide_counters_keep_what_dropped_runners_counted() -> None:
+    import gc
+
+    before = npu_mempool.counters.snapshot()
+    runner = GraphRunner(lambda x: x * 2)
+    for _ in range(3):
+        runner(torch.ones(2))
+    del runner
+    gc.collect()
+    after = npu_mempool.counters.snapshot()
+    assert after["captures"] - before["captures"] == 1
+    assert after["replays"] - before["replays"] == 2

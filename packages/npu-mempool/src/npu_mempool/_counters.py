@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -29,6 +31,7 @@ class RecaptureReason(enum.StrEnum):
 
 
 _FIELDS = ("captures", "replays", "recaptures", "fallbacks", "eager_calls", "pool_bytes")
+_COUNTED = ("captures", "replays", "fallbacks", "eager_calls")
 
 
 class Counters:
@@ -129,5 +132,55 @@ def _all_pool_bytes() -> int:
     return live_pool_bytes()
 
 
+# Process-wide totals are derived, never counted on the per-call path: each runner counts into
+# its own Counters (under its own lock); the totals add those of live runners to what runners
+# that are gone had counted.
+_registry_lock = threading.Lock()
+_live: dict[int, Counters] = {}
+_retired = Counters()
+
+
+def register(counters: Counters, owner: object) -> None:
+    """Count ``counters`` in the process-wide totals, for good once ``owner`` is gone."""
+    with _registry_lock:
+        _live[id(counters)] = counters
+    weakref.finalize(owner, _retire, counters)
+
+
+def _retire(counters: Counters) -> None:
+    with _registry_lock:
+        if _live.pop(id(counters), None) is None:
+            return
+        for name in _COUNTED:
+            setattr(_retired, name, getattr(_retired, name) + getattr(counters, name))
+        _retired.recapture_reasons.update(counters.recapture_reasons)
+
+
+def _total(name: str) -> Any:
+    with _registry_lock:
+        parts = [_retired, *_live.values()]
+    if name == "recapture_reasons":
+        total: Counter[str] = Counter()
+        for part in parts:
+            total.update(part.recapture_reasons)
+        return total
+    return sum(getattr(part, name) for part in parts)
+
+
+class _ProcessCounters(Counters):
+    """The sum over every runner, live or gone; ``pool_bytes`` sums every live pool."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self._pool_bytes = _all_pool_bytes
+
+    captures = property(lambda self: _total("captures"))
+    replays = property(lambda self: _total("replays"))
+    fallbacks = property(lambda self: _total("fallbacks"))
+    eager_calls = property(lambda self: _total("eager_calls"))
+    recapture_reasons = property(lambda self: _total("recapture_reasons"))
+
+
 #: Process-wide counters: the sum over every runner; ``pool_bytes`` sums every live pool.
-counters = Counters(pool_bytes=_all_pool_bytes)
+counters: Counters = _ProcessCounters()

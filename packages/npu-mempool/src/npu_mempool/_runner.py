@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from npu_mempool._capture import capture
-from npu_mempool._counters import Counters, RecaptureReason, counters
+from npu_mempool._counters import Counters, RecaptureReason, register
 from npu_mempool._devices import GraphBackend, backend_for
 from npu_mempool._entry import Entry, pool_in_use
 from npu_mempool._keys import Layout
@@ -146,6 +146,7 @@ class GraphRunner:
         # Weak: the counters must not keep the runner (and its device memory) alive.
         this = weakref.ref(self)
         self.counters = Counters(pool_bytes=lambda: _pool_bytes_of(this()))
+        register(self.counters, self)  # in the process-wide totals, also after this runner dies
         # One lock per runner: a call picks its graph, copies its inputs in, replays and hands
         # its outputs out as one step, so concurrent callers never share static buffers.
         self._lock = threading.RLock()
@@ -244,7 +245,6 @@ class GraphRunner:
             if not found.in_use() and not pool_in_use(found.pool, but=found):
                 self._misses.clear()
                 self.counters.replays += 1
-                counters.replays += 1
                 return found.replay(args)
             # Its memory is in use: try the next call path.
         return self._miss(self._new_path(), key, args)
@@ -281,7 +281,6 @@ class GraphRunner:
 
     def _eager_call(self, args: tuple[Any, ...]) -> Any:
         self.counters.eager_calls += 1
-        counters.eager_calls += 1
         return self._fn(*args)
 
     # -- capture policy ------------------------------------------------------------------------
@@ -343,10 +342,8 @@ class GraphRunner:
             self._drop_dead(path, key)
         path.entries.setdefault(key, []).append(entry)
         self.counters.captures += 1
-        counters.captures += 1
         if reason is not None:
             self.counters.recapture_reasons[reason] += 1
-            counters.recapture_reasons[reason] += 1
         if backend.executes_on_capture:
             return entry.hand_out()
         # A device capture only records: the capturing call replays once for its results. That
@@ -408,7 +405,6 @@ class GraphRunner:
         self._free_graphs()
         self._eager = True
         self.counters.fallbacks += 1
-        counters.fallbacks += 1
         return self._eager_call(args)
 
     def _layout_checked(self) -> Layout:
@@ -478,7 +474,6 @@ class GraphRunner:
         self._free_graphs()
         self._eager = True
         self.counters.fallbacks += 1
-        counters.fallbacks += 1
         return self._eager_call(args)
 
     def _capture_failed(self, key: Hashable, args: tuple[Any, ...], exc: Exception) -> Any:
@@ -499,7 +494,6 @@ class GraphRunner:
                 entry.discard()
         self._failed.add(key)
         self.counters.fallbacks += 1
-        counters.fallbacks += 1
         return self._eager_call(args)
 
     def _free_graphs(self) -> None:
