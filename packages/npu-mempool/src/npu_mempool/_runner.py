@@ -335,7 +335,7 @@ class GraphRunner:
                 path.pool = None
                 path.rewinds = self._options.reuse_pool_across_shapes
             return self._capture_failed(key, args, exc)
-        self._report_capture(key, reason, time.perf_counter() - started, pool)
+        self._report_capture(key, reason, time.perf_counter() - started, path)
         if entries:
             # Graphs of MUTATED tensors that died (a replaced KV cache) can never be right again;
             # those of other live tensors or parameter sets stay as variants.
@@ -350,10 +350,10 @@ class GraphRunner:
         # replay is part of the capture, not counted, so counters read the same on every device.
         return entry.replay(args)
 
-    def _report_capture(
-        self, key: Hashable, reason: str | None, seconds: float, pool: PoolHandle
-    ) -> None:
-        path = next(i for i, p in enumerate(self._paths) if p.pool is pool) + 1
+    def _report_capture(self, key: Hashable, reason: str | None, seconds: float, on: _Path) -> None:
+        pool = on.pool
+        assert pool is not None
+        path = self._paths.index(on) + 1
         log.info(
             "GraphRunner %r: captured a graph in %.3f s (%s), %d graph(s), pool %s",
             self.name,
@@ -399,13 +399,10 @@ class GraphRunner:
             "out of the compiled region, or let it decide nothing but arithmetic (npu_compile "
             "then passes it to the graph as a device scalar).",
             CaptureChurnWarning,
-            stacklevel=4,
+            stacklevel=5,
         )
         self._misses.clear()
-        self._free_graphs()
-        self._eager = True
-        self.counters.fallbacks += 1
-        return self._eager_call(args)
+        return self._give_up(args)
 
     def _layout_checked(self) -> Layout:
         assert self._layout is not None
@@ -469,8 +466,12 @@ class GraphRunner:
             "CaptureOptions(capture_limit=...), which TorchAir-style configs spell "
             "debug.aclgraph.static_capture_size_limit.",
             CaptureLimitWarning,
-            stacklevel=4,
+            stacklevel=5,
         )
+        return self._give_up(args)
+
+    def _give_up(self, args: tuple[Any, ...]) -> Any:
+        """Free every graph and run eagerly from now on (after the caller's one warning)."""
         self._free_graphs()
         self._eager = True
         self.counters.fallbacks += 1
