@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -48,3 +51,30 @@ def _argparse_problems(parser: argparse.ArgumentParser) -> list[str]:
 def argparse_problems() -> Callable[[argparse.ArgumentParser], list[str]]:
     """What a CLI's ``--help`` leaves out: arguments without help, defaults not shown."""
     return _argparse_problems
+
+
+def _closed_pipe_run(module: str) -> tuple[str, int]:
+    """Run ``python -m <module> --help`` with its stdout closed by the reader first.
+
+    Output into a pipe is block-buffered (as in ``<cli> ... | head``), so the write fails at the
+    flush. Returns the command's stderr and exit code.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with subprocess.Popen(
+        [sys.executable, "-m", module, "--help"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        process.stdout.close()
+        err = process.stderr.read().decode()
+        code = process.wait(timeout=300)
+    return err, code
+
+
+@pytest.fixture
+def closed_pipe_run() -> Callable[[str], tuple[str, int]]:
+    """Run a CLI module whose reader went away: ``(stderr, exit code)``."""
+    return _closed_pipe_run
