@@ -2,7 +2,7 @@
 
 ``nox`` runs the default sessions (what CI runs). ``nox -l`` lists everything. Venvs are reused
 because each one holds a ~1 GB torch install; ``constraints/torch-cpu.txt`` keeps every install on
-the local torch CPU wheel so no session ever pulls a CUDA build.
+the local torch CPU wheel so no nox environment ever pulls a CUDA build.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def isolation(session: nox.Session) -> None:
     py = str(venv / "bin" / "python")
     wheel = next(dist.glob("npu_graph_export-*.whl"))
     # --find-links dist would let pip pick a sibling wheel if the metadata named one: that is the
-    # leak this session exists to catch.
+    # leak this check exists to catch.
     session.run(
         py,
         "-m",
