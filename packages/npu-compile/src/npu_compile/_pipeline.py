@@ -135,38 +135,36 @@ def compile_graph(
             return forward_of(fw_gm)
         fw_gm = _passes.run_post_grad_passes(fw_gm, example_inputs, config, name)
         prepared = prepare_for_capture(fw_gm)
-        forward = forward_of(prepared)
         host_sync = host_sync_reason(prepared)
         if host_sync is not None:
             plan.fallback = host_sync
-            return forward
+            return forward_of(prepared)
         summary = config.debug.fx_summary
-        if (
+        eager = (
             config.debug.run_eagerly
             or config.debug.data_dump.enabled
             or (summary.enabled and summary.skip_compile)
-        ):
-            _passes.finish(prepared, example_inputs, config, name)
-            write_fx_summary(prepared, config, name)
-            dumper = _dump.data_dumper(prepared, config, name)
-            forward = dumper or forward_of(prepared)
-            stats.eager += 1
-            specialize = (
-                _passes.filter_specializer(config, specializer(config, prepared), forward)
-                if dumper is None
-                else None
-            )
-            if specialize is not None:
-                # The whole pipeline but the capture, as documented: static kernels included.
-                forward = specialized_per_shape(specialize, forward)
-            plan.direct = forward
-            plan.bypass = meta is not None and runner_is_whole_call(meta, fw_gm, n_dynamo_inputs)
-            return forward
+        )
         bypass = meta is not None and runner_is_whole_call(meta, fw_gm, n_dynamo_inputs)
-        # Ints that decide no shape become device scalars: one graph for all their values.
-        tensorified = tensorify_int_inputs(prepared, example_inputs)
+        # Ints that decide no shape become device scalars: one graph for all their values. Before
+        # the reinplacing in finish(), which would otherwise keep the int arithmetic apart.
+        tensorified = None if eager else tensorify_int_inputs(prepared, example_inputs)
         _passes.finish(prepared, example_inputs, config, name)
         write_fx_summary(prepared, config, name)
+        if eager:
+            stats.eager += 1
+            dumper = _dump.data_dumper(prepared, config, name)
+            forward = dumper or forward_of(prepared)
+            if dumper is None:
+                specialize = _passes.filter_specializer(
+                    config, specializer(config, prepared), forward
+                )
+                if specialize is not None:
+                    # The whole pipeline but the capture, as documented: static kernels included.
+                    forward = specialized_per_shape(specialize, forward)
+            plan.direct = forward
+            plan.bypass = bypass
+            return forward
         forward = forward_of(prepared)
         specialize = _passes.filter_specializer(config, specializer(config, prepared), forward)
         replayed = forward
