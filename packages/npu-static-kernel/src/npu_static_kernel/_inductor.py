@@ -91,14 +91,17 @@ def _nothing() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _trust_the_bundled_isa() -> Iterator[None]:
-    """Skip Inductor's CPU vector-ISA probe while loading a bundled artifact.
+    """Load bundled C++ kernels without running a C++ compiler.
 
-    Before loading C++ kernels, Inductor proves each candidate ISA by compiling a test program
-    and loading it in a new Python process (about a second, and it fails on a machine without a
-    C++ compiler, which then misses the bundled kernels). The artifact's key already pins the
-    CPU capability, and the bundled kernels were compiled for the ISA picked at build time, so
-    the CPU's advertised ISAs are taken as they are for this load only; the probe result is not
-    kept, so later compiles in this process probe as usual. A user setting
+    Inductor looks a compiled kernel up by a key that includes the compiler flags of the CPU's
+    vector ISA, and before it loads one it (1) proves each candidate ISA by compiling a test
+    program and loading it in a new Python process, the AVX-512 BF16 extension included, and
+    (2) precompiles the C++ headers. Both run the C++ compiler: about a second per load, and on a
+    machine without a compiler (a serving image) the probe fails, the flags and so the key differ
+    from the build's, and the bundled kernels are missed. The artifact's key already pins the CPU
+    capability and the kernels were compiled for the ISA chosen at build time, so for this load
+    only the ISAs the CPU advertises are taken as they are and no header is precompiled. The probe
+    results are not kept: later compiles in this process probe as usual. A user setting
     (``cpp.vec_isa_ok``) or an ISA list this process already probed is left alone.
     """
     try:
@@ -110,21 +113,38 @@ def _trust_the_bundled_isa() -> Iterator[None]:
     listing = getattr(cpu_vec_isa, "valid_vec_isa_list", None)
     cache_info = getattr(listing, "cache_info", None)
     cache_clear = getattr(listing, "cache_clear", None)
+    vec_isa = getattr(cpu_vec_isa, "VecISA", None)
     cpp = getattr(inductor_config, "cpp", None)
     if (
         cache_info is None
         or cache_clear is None
+        or vec_isa is None
+        or not callable(getattr(vec_isa, "check_build", None))
         or cpp is None
         or getattr(cpp, "vec_isa_ok", None) is not None
         or cache_info().currsize
     ):
         yield
         return
+    patches: dict[str, object] = {"cpp.vec_isa_ok": True}
+    if hasattr(inductor_config, "cpp_cache_precompile_headers"):
+        patches["cpp_cache_precompile_headers"] = False
+    probe = vec_isa.check_build
+    # ISA classes cache their truth value per instance (``functools.cache`` on ``__bool__``).
+    cached_truth = [
+        clear
+        for isa in getattr(cpu_vec_isa, "supported_vec_isa_list", ())
+        if callable(clear := getattr(type(isa).__bool__, "cache_clear", None))
+    ]
     try:
-        with inductor_config.patch({"cpp.vec_isa_ok": True}):
+        vec_isa.check_build = lambda self, code: True
+        with inductor_config.patch(patches):
             yield
     finally:
+        vec_isa.check_build = probe
         cache_clear()
+        for clear in cached_truth:
+            clear()
 
 
 class InductorBuilder(StaticKernelBuilder):
