@@ -119,7 +119,7 @@ def test_copied_cache_loads_with_an_empty_inductor_cache_without_compiling(
     built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A build directory copied to another machine (another path, empty Inductor cache)."""
-    from npu_static_kernel import _inductor
+    from npu_static_kernel.builders import _inductor
     from torch._inductor.utils import clear_caches
 
     copy = tmp_path / "image" / "build"
@@ -287,7 +287,7 @@ def test_build_without_inductor_cache_redirection_still_works(
 ) -> None:
     """A torch without temporary_cache_dir builds the plain artifact (no kernel bundle)."""
     import torch._inductor as inductor
-    from npu_static_kernel import _inductor
+    from npu_static_kernel.builders import _inductor
 
     monkeypatch.setattr(_inductor, "_cache_dir_context", lambda: None)
     monkeypatch.setattr(
@@ -300,7 +300,7 @@ def test_build_without_inductor_cache_redirection_still_works(
 def test_loading_skips_the_vector_isa_probe_only_while_it_loads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from npu_static_kernel import _inductor
+    from npu_static_kernel.builders import _inductor
     from torch._inductor import cpu_vec_isa
 
     def no_compiler(self: Any, code: str) -> bool:
