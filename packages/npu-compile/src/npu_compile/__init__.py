@@ -14,7 +14,7 @@ from __future__ import annotations
 from npu_mempool import graph_pool_handle
 
 from npu_compile import core, ops, scope
-from npu_compile._diagnose import DiagnoseReport, PhaseTiming, diagnose
+from npu_compile._cli.diagnose import DiagnoseReport, PhaseTiming, diagnose
 from npu_compile._export import dynamo_export
 from npu_compile._unsupported import unsupported
 from npu_compile._version import __version__

@@ -26,8 +26,8 @@ from typing import Any, TextIO
 import torch
 
 from npu_compile import _device
-from npu_compile._demo_model import DemoConfig, TinyDecoder
-from npu_compile._io import atomic_write_json
+from npu_compile._cli.demo_model import DemoConfig, TinyDecoder
+from npu_compile._cli.files import atomic_write_json
 
 __all__ = [
     "BenchRow",
