@@ -39,7 +39,7 @@ class DemoResult:
         eager_verdict: Host/Device Bound verdict of an eager decode step.
         compiled_verdict: The same under reduce-overhead.
         identical: Whether both runs produced the same tokens.
-        fallbacks: FX graphs that fell back to eager (with reasons).
+        fallbacks: FX graphs that fell back to eager, each as ``"graph (reason code): message"``.
     """
 
     device: str
@@ -242,7 +242,10 @@ def _compare(
     compiled_tokens, compiled_times = run("reduce-overhead", compiled)
     captures, replays, pool = _runner_totals(backend.stats.runners)
     # Read now: torch._dynamo.reset() below resets the backend's statistics.
-    fallbacks = tuple(f"{name}: {reason}" for name, reason in backend.stats.fallbacks)
+    stats = backend.stats
+    fallbacks = tuple(
+        f"{name} ({stats.fallback_reasons[name]}): {message}" for name, message in stats.fallbacks
+    )
 
     # Host/Device Bound of one decode step (fixed position: the step can repeat).
     token = prompt[:, :1].contiguous()
