@@ -33,10 +33,6 @@ logger = logging.getLogger("npu_compile")
 
 CompiledFn = Callable[..., Any]
 
-#: On CPU the emulated graph replays Dynamo's graph rather than the ATen graph (faster Python);
-#: tests set it to ``False`` to run the ATen graph through the runner as on a device.
-CPU_REPLAYS_DYNAMO_GRAPH = True
-
 
 @dataclass
 class BackendStats:
