@@ -98,8 +98,21 @@ class GraphRunner:
     Inference only: captures and emulated replays run without autograd.
 
     Example:
-        >>> runner = GraphRunner(model_step, input_kinds=[InputKind.USER, InputKind.MUTATED])
-        >>> logits = runner(tokens, kv_cache)  # doctest: +SKIP
+        >>> import torch
+        >>> from npu_mempool import GraphRunner, InputKind
+        >>> def step(tokens, cache):
+        ...     cache.add_(1)  # updated in place: a MUTATED input
+        ...     return tokens * 2 + cache
+        >>> runner = GraphRunner(step, input_kinds=[InputKind.USER, InputKind.MUTATED])
+        >>> cache = torch.zeros(3)
+        >>> runner(torch.ones(3), cache).tolist()  # first call: captures the graph
+        [3.0, 3.0, 3.0]
+        >>> runner(torch.ones(3), cache).tolist()  # same key: replays it
+        [4.0, 4.0, 4.0]
+        >>> cache
+        tensor([2., 2., 2.])
+        >>> runner.counters.captures, runner.counters.replays
+        (1, 1)
     """
 
     def __init__(

@@ -110,8 +110,14 @@ def graph_pool_handle(device: torch.device | str | None = None) -> PoolHandle:
         A handle to pass as ``CaptureOptions(pool=handle)``.
 
     Example:
+        >>> import torch
+        >>> from npu_mempool import CaptureOptions, GraphRunner, graph_pool_handle
         >>> pool = graph_pool_handle("cpu")
-        >>> options = CaptureOptions(pool=pool)  # doctest: +SKIP
+        >>> options = CaptureOptions(pool=pool)
+        >>> prefill = GraphRunner(torch.sin, options=options, name="prefill")
+        >>> decode = GraphRunner(torch.cos, options=options, name="decode")
+        >>> prefill(torch.zeros(2)), decode(torch.zeros(2))
+        (tensor([0., 0.]), tensor([1., 1.]))
     """
     resolved = default_device() if device is None else torch.device(device)
     return backend_for(resolved.type).new_pool(resolved)
