@@ -29,8 +29,8 @@ from npu_mempool.errors import (
     CaptureChurnWarning,
     CaptureError,
     CaptureLimitWarning,
+    ConfigError,
     InputLayoutError,
-    OptionsError,
 )
 
 __all__ = ["GraphRunner"]
@@ -147,7 +147,7 @@ class GraphRunner:
                 "InputKind.USER, InputKind.PARAMETER or InputKind.MUTATED per positional argument"
             )
         if not isinstance(options, CaptureOptions):
-            raise OptionsError(
+            raise ConfigError(
                 f"options must be an npu_mempool.CaptureOptions, got {type(options).__name__}"
             )
         self._options = options
@@ -520,14 +520,14 @@ class GraphRunner:
         layout = self._layout_checked()
         devices = {args[i].device for i in layout.tensors}
         if len(devices) > 1:
-            raise OptionsError(
+            raise ConfigError(
                 f"GraphRunner {self.name!r} got tensors on several devices "
                 f"{sorted(map(str, devices))}; "
                 "a graph runs on one device: move the inputs there first"
             )
         device = devices.pop() if devices else torch.device("cpu")
         if path.pool is not None and not _same_device(path.pool.device, device):
-            raise OptionsError(
+            raise ConfigError(
                 f"CaptureOptions.pool is on {path.pool.device} but the inputs are on {device}; "
                 f"create the pool with graph_pool_handle({str(device)!r})"
             )

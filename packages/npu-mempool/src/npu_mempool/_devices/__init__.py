@@ -23,7 +23,7 @@ from npu_mempool._devices.emulated import EmulatedBackend, EmulatedGraph
 from npu_mempool._devices.native import DeviceBackend
 from npu_mempool._devices.npu import Npu
 from npu_mempool._pool import PoolHandle
-from npu_mempool.errors import OptionsError
+from npu_mempool.errors import ConfigError
 
 __all__ = [
     "Body",
@@ -70,7 +70,7 @@ def backend_for(device_type: str) -> GraphBackend:
         return DeviceBackend(Cuda(), accelerator_graph=has_accelerator_graph())
     if device_type == "npu":
         return DeviceBackend(Npu(), accelerator_graph=_npu_registers_accelerator_graph())
-    raise OptionsError(
+    raise ConfigError(
         f"no graph implementation for device type {device_type!r}; npu-mempool captures graphs on "
         "'cpu' (emulated), 'cuda' and 'npu'. Move the inputs to one of these devices."
     )
