@@ -15,8 +15,8 @@ Example:
     >>> from npu_graph_export import dynamo_export, runtime
     >>> model = torch.nn.Linear(4, 2)
     >>> x = torch.randn(3, 4)
-    >>> _ = dynamo_export(x, model=model, export_path="export_file")
-    >>> (y,) = runtime.load("export_file").run(x.numpy())
+    >>> _ = dynamo_export(x, model=model, export_path="export_file")  # torch writes the graph
+    >>> (y,) = runtime.load("export_file").run(x.numpy())  # numpy runs it
     >>> np.allclose(y, model(x).detach().numpy(), atol=1e-6)
     True
 """
