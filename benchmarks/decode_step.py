@@ -6,7 +6,7 @@ every machine it also measures a tiny MLP compiled with our backend against a tr
 that returns ``gm.forward`` (target: at most 15 µs more per call).
 
 Prints tables and writes ``benchmarks/results/decode_step_<device>.json``. The code lives in the
-package (``npu_compile._bench``) so ``npu-compile bench`` runs the same thing.
+package (``npu_compile._cli.bench``) so ``npu-compile bench`` runs the same thing.
 
 Usage: python benchmarks/decode_step.py [--device cuda] [--steps 50]
 """
@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from npu_compile import _device
-from npu_compile._bench import run_all
+from npu_compile._cli.bench import run_all
 
 
 def main() -> None:

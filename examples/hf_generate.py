@@ -59,8 +59,9 @@ def main() -> int:
     captures = sum(runner.counters.captures for runner in backend.stats.runners)
     replays = sum(runner.counters.replays for runner in backend.stats.runners)
     print(f"device graphs captured: {captures}, replays: {replays}")
-    for name, reason in backend.stats.fallbacks:
-        print(f"fell back to eager: {name}: {reason}")
+    for name, message in backend.stats.fallbacks:
+        reason = backend.stats.fallback_reasons[name]  # a FallbackReason code
+        print(f"fell back to eager: {name} ({reason}): {message}")
     if not torch.equal(eager, compiled):
         print("error: the compiled model generated different tokens", file=sys.stderr)
         return 1

@@ -40,6 +40,7 @@ VALUES: dict[str, object] = {
     "data_dump_dir": "<dir>",
     "capture_error_mode": "thread_local",
     "static_kernel_build_dir": "<dir>",
+    "static_kernel_fallback_dir": "<dir>",
     # Static kernels build for real (seed 002's suite covers that); here the key's path is set.
     "static_kernel_compile": False,
 }

@@ -66,6 +66,7 @@ ALTERNATE: dict[str, object] = {
     "experimental_config.aot_config_output_loss_index": 1,
     "experimental_config.topology_sorting_strategy": "StableRDFS",
     "experimental_config.aclgraph._aclnn_static_shape_kernel_build_dir": "<dir>",
+    "experimental_config.aclgraph._aclnn_static_shape_kernel_fallback_dir": "<dir>",
     "experimental_config.aclgraph._aclnn_static_shape_kernel_sym_value_range": [1, 2],
     "experimental_config.aclgraph._aclnn_static_shape_kernel_sym_index": 1,
     "experimental_config.aclgraph._super_kernel_optimize_options": {"k": "v"},

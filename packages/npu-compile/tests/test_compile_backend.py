@@ -279,7 +279,7 @@ def test_public_facade_names() -> None:
 
 @pytest.mark.device
 def test_demo_decoder_on_the_accelerator_matches_eager() -> None:
-    from npu_compile._demo_model import DemoConfig, TinyDecoder, greedy_generate
+    from npu_compile._cli.demo_model import DemoConfig, TinyDecoder, greedy_generate
     from npu_compile._device import best_device
 
     device = best_device()

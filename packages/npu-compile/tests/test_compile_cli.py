@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from npu_compile import _bench
+from npu_compile._cli import bench as _bench
 from npu_compile.cli import main
 
 SMALL = ["--layers", "1", "--dim", "32"]
@@ -42,7 +42,7 @@ def test_demo_generates_identical_tokens(capsys: pytest.CaptureFixture[str]) -> 
 def test_demo_fails_when_tokens_differ(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from npu_compile import _demo
+    from npu_compile._cli import demo as _demo
 
     real = _demo.greedy_generate
     calls = {"n": 0}
@@ -139,7 +139,7 @@ def test_demo_fails_when_nothing_was_captured(
 
 def test_decode_bench_flags_a_variant_that_fell_back(monkeypatch: pytest.MonkeyPatch) -> None:
     from npu_compile import _pipeline
-    from npu_compile._demo_model import DemoConfig
+    from npu_compile._cli.demo_model import DemoConfig
 
     monkeypatch.setattr(_pipeline, "uncapturable_reason", lambda gm, inputs: "test says no")
     report = _bench.decode_step_bench(

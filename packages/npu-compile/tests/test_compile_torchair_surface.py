@@ -131,6 +131,7 @@ def _valid_value(key: str) -> object:
         "data_dump_dir": ".",
         "capture_error_mode": "relaxed",
         "static_kernel_build_dir": "build",
+        "static_kernel_fallback_dir": "fallback",
     }
     if key in special:
         return special[key]

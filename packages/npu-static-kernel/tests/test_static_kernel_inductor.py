@@ -90,6 +90,7 @@ def test_artifact_carries_the_compiled_kernels(built: Built) -> None:
     assert sorted(p.name for p in path.iterdir()) == [
         "inductor_artifact.bin",
         "inductor_cache",
+        "inductor_cpu_isa.json",
         "meta.json",
     ]
     meta = json.loads((path / "meta.json").read_text())
@@ -119,7 +120,7 @@ def test_copied_cache_loads_with_an_empty_inductor_cache_without_compiling(
     built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A build directory copied to another machine (another path, empty Inductor cache)."""
-    from npu_static_kernel import _inductor
+    from npu_static_kernel.builders import _inductor
     from torch._inductor.utils import clear_caches
 
     copy = tmp_path / "image" / "build"
@@ -287,7 +288,7 @@ def test_build_without_inductor_cache_redirection_still_works(
 ) -> None:
     """A torch without temporary_cache_dir builds the plain artifact (no kernel bundle)."""
     import torch._inductor as inductor
-    from npu_static_kernel import _inductor
+    from npu_static_kernel.builders import _inductor
 
     monkeypatch.setattr(_inductor, "_cache_dir_context", lambda: None)
     monkeypatch.setattr(
@@ -300,17 +301,42 @@ def test_build_without_inductor_cache_redirection_still_works(
 def test_loading_skips_the_vector_isa_probe_only_while_it_loads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from npu_static_kernel import _inductor
-    from torch._inductor import cpu_vec_isa
+    """Inside the load the build's ISA is used: no test program compiled, no header precompiled."""
+    from npu_static_kernel.builders import _inductor
+    from torch._inductor import codecache, cpu_vec_isa
 
     def no_compiler(self: Any, code: str) -> bool:
         raise AssertionError("the ISA probe compiled a test program")
 
     monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build", no_compiler)
+    precompile, pick = codecache._precompile_header, cpu_vec_isa.pick_vec_isa
+    advertised = [isa for isa in cpu_vec_isa.supported_vec_isa_list if _advertised(isa)]
+    if not advertised:
+        pytest.skip("this CPU advertises no vector ISA Inductor knows")
     cpu_vec_isa.valid_vec_isa_list.cache_clear()
     try:
-        with _inductor._trust_the_bundled_isa():
-            cpu_vec_isa.pick_vec_isa()  # what loading C++ kernels asks
-        assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 0  # not kept
+        for isa in advertised:
+            for bf16 in (True, False):
+                built = {"isa": str(isa), "avx512_bf16": bf16}
+                with _inductor._trust_the_bundled_isa(built):
+                    chosen = codecache.pick_vec_isa()  # what loading C++ kernels asks
+                    assert cpu_vec_isa.pick_vec_isa() is chosen
+                    assert str(chosen) == str(isa)
+                    assert chosen is not isa
+                    assert getattr(chosen, "_is_avx512_bf16_supported", bf16) is bf16
+                    assert codecache._precompile_header is not precompile
+                assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 0  # not kept
+                assert cpu_vec_isa.VecISA.check_build is no_compiler
+                assert (codecache._precompile_header, cpu_vec_isa.pick_vec_isa) == (
+                    precompile,
+                    pick,
+                )
+                assert codecache.pick_vec_isa is pick
     finally:
         cpu_vec_isa.valid_vec_isa_list.cache_clear()
+
+
+def _advertised(isa: Any) -> bool:
+    from torch._inductor import cpu_vec_isa
+
+    return all(flag in cpu_vec_isa.x86_isa_checker() for flag in str(isa).split())

@@ -127,3 +127,49 @@ def test_default_build_dir_is_the_current_directory(
 )
 def test_cann_op_type_names(name: str, expected: str) -> None:
     assert cann_op_type(name) == expected
+
+
+@pytest.mark.parametrize(
+    ("dtype", "expected"),
+    [
+        (torch.float32, "float"),
+        (torch.float64, "double"),
+        (torch.bfloat16, "bfloat16"),
+        (torch.int64, "int64"),
+        (torch.float8_e4m3fn, "float8_e4m3fn"),  # no CANN name listed: torch's name
+    ],
+)
+def test_cann_dtype_names(dtype: torch.dtype, expected: str) -> None:
+    from npu_static_kernel._cann_names import cann_dtype_name
+
+    assert cann_dtype_name(dtype) == expected
+
+
+def test_channels_last_inputs_are_recorded_as_nhwc(tmp_path: Path) -> None:
+    plain = torch.ones(1, 3, 4, 4)
+    channels_last = plain.to(memory_format=torch.channels_last)
+    stats = record_op_statistics(torch.relu, channels_last, build_dir=tmp_path / "nhwc")
+    assert stats.files == ("Relu_float_NHWC_1_3_4_4_0.json",)
+    stats = record_op_statistics(torch.relu, plain, build_dir=tmp_path / "nd")
+    assert stats.files == ("Relu_float_ND_1_3_4_4_0.json",)
+
+
+@pytest.mark.parametrize(("format_id", "expected"), [(2, "ND"), (29, "FRACTAL_NZ"), (7, "FORMAT7")])
+def test_npu_format_ids_map_to_cann_names(format_id: int, expected: str) -> None:
+    from npu_static_kernel._cann_names import npu_format_name
+
+    assert npu_format_name(format_id) == expected
+
+
+def test_builders_package_exports_the_builders_of_the_top_level() -> None:
+    import npu_static_kernel
+    from npu_static_kernel import builders
+
+    assert sorted(builders.__all__) == [
+        "AscendBuilder",
+        "BuildRequest",
+        "InductorBuilder",
+        "StaticKernelBuilder",
+    ]
+    for name in builders.__all__:
+        assert getattr(builders, name) is getattr(npu_static_kernel, name)

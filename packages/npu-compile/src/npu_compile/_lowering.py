@@ -46,7 +46,9 @@ def specializer(
 
     # strict: a failed build raises instead of running the graph without static kernels.
     compiler = StaticKernelCompiler(
-        static._aclnn_static_shape_kernel_build_dir, strict=bool(config.debug.aclgraph.strict)
+        static._aclnn_static_shape_kernel_build_dir,
+        strict=bool(config.debug.aclgraph.strict),
+        fallback_dir=static._aclnn_static_shape_kernel_fallback_dir,
     )
 
     def specialize(key: object, args: Sequence[object]) -> Callable[..., Any]:

@@ -4,7 +4,8 @@ Per FX graph: capturability checks -> AOT autograd (in-place input updates such 
 write stay inside the graph) -> input classes from AOT metadata -> post-grad passes ->
 ``npu_streams.prepare_for_capture`` -> ints as device scalars -> optional static kernels ->
 ``npu_mempool.GraphRunner``. A graph that cannot be captured runs eagerly after one logged reason
-(logger ``npu_compile``), or raises with ``debug.aclgraph.strict = True``.
+(logger ``npu_compile``), or raises with ``debug.aclgraph.strict = True``; either way it names a
+``FallbackReason`` code (``_fallback``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from npu_compile._capturable import (
     records_autograd,
     uncapturable_reason,
 )
+from npu_compile._fallback import FallbackReason
 from npu_compile._inputs import guarded_by_dynamo, input_kinds, runner_is_whole_call
 from npu_compile._lowering import capture_options, specialized_per_shape, specializer
 from npu_compile._summary import write_fx_summary
@@ -64,7 +66,8 @@ def replaying_aten_graph_on_cpu(enabled: bool = True) -> Iterator[None]:
 class _Plan:
     """What the AOT forward compiler decided for one graph."""
 
-    fallback: str | None = None
+    #: Why the graph runs eagerly (and the message), when it does.
+    fallback: tuple[FallbackReason, str] | None = None
     #: The callable to hand Dynamo directly when AOT's runtime wrapper would add nothing.
     direct: CompiledFn | None = None
     bypass: bool = False
@@ -84,15 +87,21 @@ def forward_of(gm: torch.fx.GraphModule) -> CompiledFn:
 
 
 def _fallback(
-    gm: torch.fx.GraphModule, name: str, reason: str, config: CompilerConfig, stats: BackendStats
+    gm: torch.fx.GraphModule,
+    name: str,
+    reason: FallbackReason,
+    message: str,
+    config: CompilerConfig,
+    stats: BackendStats,
 ) -> CompiledFn:
     if config.debug.aclgraph.strict:
         raise BackendError(
-            f"cannot capture FX graph {name}: {reason} (debug.aclgraph.strict is set; unset it "
-            "to run such graphs eagerly)"
+            f"cannot capture FX graph {name} ({reason}): {message} (debug.aclgraph.strict is "
+            "set; unset it to run such graphs eagerly)",
+            reason=reason,
         )
-    logger.warning("FX graph %s runs eagerly: %s", name, reason)
-    stats.fallbacks.append((name, reason))
+    logger.warning("FX graph %s runs eagerly (%s): %s", name, reason, message)
+    stats._add_fallback(name, reason, message)
     return forward_of(gm)
 
 
@@ -109,9 +118,10 @@ def compile_graph(
     from torch._guards import TracingContext
 
     name = f"npu_compile_{next(_graph_ids)}"
-    reason = uncapturable_reason(gm, example_inputs)
-    if reason is not None:
-        return _fallback(gm, name, reason, config, stats)
+    # The only check before AOT today is the one on device types (see _capturable).
+    mixed = uncapturable_reason(gm, example_inputs)
+    if mixed is not None:
+        return _fallback(gm, name, FallbackReason.MIXED_DEVICES, mixed, config, stats)
 
     config = _compat.resolve_pool(config, example_inputs)
     decompositions = decompositions or {}
@@ -131,13 +141,13 @@ def compile_graph(
         meta = context.fw_metadata if context is not None else None
         kinds = input_kinds(meta, example_inputs)
         if meta is not None and records_autograd(meta, grad_enabled):
-            plan.fallback = TRAINING_REASON
+            plan.fallback = (FallbackReason.TRAINING, TRAINING_REASON)
             return forward_of(fw_gm)
         fw_gm = _passes.run_post_grad_passes(fw_gm, example_inputs, config, name)
         prepared = prepare_for_capture(fw_gm)
         host_sync = host_sync_reason(prepared)
         if host_sync is not None:
-            plan.fallback = host_sync
+            plan.fallback = (FallbackReason.HOST_SYNC, host_sync)
             return forward_of(prepared)
         summary = config.debug.fx_summary
         eager = (
@@ -223,10 +233,11 @@ def compile_graph(
         # pass as a tensor): not a failure of this graph, and the retrace compiles it anew.
         raise
     except Exception as error:  # AOT cannot trace this graph: it still runs eagerly
-        reason = f"AOT autograd could not trace it ({type(error).__name__}: {error})"
-        return _fallback(gm, name, reason, config, stats)
+        message = f"AOT autograd could not trace it ({type(error).__name__}: {error})"
+        return _fallback(gm, name, FallbackReason.AOT_TRACE_FAILED, message, config, stats)
     if plan.fallback is not None:
-        return _fallback(gm, name, plan.fallback, config, stats)
+        reason, message = plan.fallback
+        return _fallback(gm, name, reason, message, config, stats)
     if plan.bypass and plan.direct is not None:
         return plan.direct
     return compiled

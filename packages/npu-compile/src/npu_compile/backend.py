@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from npu_compile import _compat, _logs, _passes
+from npu_compile._fallback import Fallback, FallbackReason
 from npu_compile._pipeline import compile_graph
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError
@@ -32,10 +33,6 @@ logger = logging.getLogger("npu_compile")
 
 CompiledFn = Callable[..., Any]
 
-#: On CPU the emulated graph replays Dynamo's graph rather than the ATen graph (faster Python);
-#: tests set it to ``False`` to run the ATen graph through the runner as on a device.
-CPU_REPLAYS_DYNAMO_GRAPH = True
-
 
 @dataclass
 class BackendStats:
@@ -45,13 +42,18 @@ class BackendStats:
         fx_graphs: FX graphs handed to the backend by Dynamo.
         captured: FX graphs given to a graph runner (capture and replay).
         eager: FX graphs run without capture because ``debug.run_eagerly`` is set.
-        fallbacks: ``(graph name, reason)`` for each FX graph that fell back to eager.
+        fallbacks: A :class:`Fallback` ``(graph, message)`` for each FX graph that fell back to
+            eager, in order; it unpacks as a pair (``for graph, message in stats.fallbacks``).
+        fallback_reasons: The :class:`FallbackReason` of each graph in ``fallbacks``, by graph
+            name (``collections.Counter(stats.fallback_reasons.values())`` counts them per
+            reason).
     """
 
     fx_graphs: int = 0
     captured: int = 0
     eager: int = 0
-    fallbacks: list[tuple[str, str]] = field(default_factory=list)
+    fallbacks: list[Fallback] = field(default_factory=list)
+    fallback_reasons: dict[str, FallbackReason] = field(default_factory=dict)
     # Weak: a runner (and its graph pool) must die with the compiled code that uses it, not live
     # on in the statistics of a long-lived backend such as the one behind backend="npu_compile".
     _runner_refs: list[weakref.ref[GraphRunner]] = field(default_factory=list, repr=False)
@@ -67,6 +69,10 @@ class BackendStats:
 
     def _add_runner(self, runner: GraphRunner) -> None:
         self._runner_refs.append(weakref.ref(runner))
+
+    def _add_fallback(self, graph: str, reason: FallbackReason, message: str) -> None:
+        self.fallbacks.append(Fallback(graph, message))
+        self.fallback_reasons[graph] = reason
 
     def snapshot(self) -> dict[str, Any]:
         """The counts as a plain dict (``fallbacks`` as a count; the reasons stay on the object)."""

@@ -7,7 +7,10 @@ who do not know this package. Each class has a stable ``code`` for programmatic 
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from npu_compile._fallback import FallbackReason
 
 __all__ = [
     "NpuCompileError",
@@ -47,9 +50,18 @@ class UnknownOptionError(ConfigError, AttributeError):
 
 
 class BackendError(NpuCompileError, RuntimeError):
-    """The backend cannot compile a graph as asked."""
+    """The backend cannot compile a graph as asked.
+
+    Attributes:
+        reason: Why the graph could not be captured, when ``debug.aclgraph.strict`` turned a
+            fallback to eager into this error; ``None`` for other errors.
+    """
 
     code: ClassVar[str] = "backend"
+
+    def __init__(self, message: str, *, reason: FallbackReason | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class DemoMismatchError(NpuCompileError, AssertionError):

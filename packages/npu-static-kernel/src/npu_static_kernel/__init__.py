@@ -8,8 +8,8 @@ statistics (:func:`record_op_statistics`), builds an artifact with a builder
 
 from __future__ import annotations
 
-from npu_static_kernel._ascend import AscendBuilder
 from npu_static_kernel._cache import ArtifactCache, CacheEntry
+from npu_static_kernel._cann_names import cann_op_type
 from npu_static_kernel._compiler import (
     FALLBACK_DIR_ENV,
     StaticKernelCompiler,
@@ -18,17 +18,20 @@ from npu_static_kernel._compiler import (
     default_builder,
     default_fallback_dir,
 )
-from npu_static_kernel._inductor import InductorBuilder
-from npu_static_kernel._interface import BuildRequest, StaticKernelBuilder
 from npu_static_kernel._record import (
     OpRecord,
     OpStatistics,
     OpStatisticsRecorder,
-    cann_op_type,
     record_op_statistics,
     write_op_statistics,
 )
 from npu_static_kernel._version import __version__
+from npu_static_kernel.builders import (
+    AscendBuilder,
+    BuildRequest,
+    InductorBuilder,
+    StaticKernelBuilder,
+)
 from npu_static_kernel.errors import (
     BuildError,
     CacheError,

@@ -119,10 +119,10 @@ class StaticKernelCounters:
 def default_builder(device_type: str) -> StaticKernelBuilder:
     """Return the builder for a device type: Ascend on ``npu``, Inductor on ``cuda`` and ``cpu``."""
     if device_type == "npu":
-        from npu_static_kernel._ascend import AscendBuilder
+        from npu_static_kernel.builders import AscendBuilder
 
         return AscendBuilder()
-    from npu_static_kernel._inductor import InductorBuilder
+    from npu_static_kernel.builders import InductorBuilder
 
     return InductorBuilder()
 

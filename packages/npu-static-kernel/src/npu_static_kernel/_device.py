@@ -8,9 +8,7 @@ from typing import Any
 
 import torch
 
-# torch_npu's internal format ids (``torch_npu.get_npu_format``) to the CANN format names used in op
-# statistics file names; anything else keeps its numeric id so nothing is silently mislabelled.
-_NPU_FORMATS = {0: "NCHW", 1: "NHWC", 2: "ND", 3: "NC1HWC0", 4: "FRACTAL_Z", 29: "FRACTAL_NZ"}
+from npu_static_kernel._cann_names import FORMAT_ND, FORMAT_NHWC, npu_format_name
 
 
 def device_type_of(args: Iterable[Any]) -> str:
@@ -40,13 +38,13 @@ def storage_format(tensor: torch.Tensor) -> str:
 
             fmt = int(torch_npu.get_npu_format(tensor))
         except (ImportError, AttributeError, RuntimeError):
-            return "ND"
-        return _NPU_FORMATS.get(fmt, f"FORMAT{fmt}")
+            return FORMAT_ND
+        return npu_format_name(fmt)
     channels_last = tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last)
     if channels_last and not tensor.is_contiguous():
         # A channels-last 4-D tensor is laid out NHWC even though its logical shape is NCHW.
-        return "NHWC"
-    return "ND"
+        return FORMAT_NHWC
+    return FORMAT_ND
 
 
 def npu_soc_name() -> str | None:

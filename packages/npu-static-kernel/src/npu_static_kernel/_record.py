@@ -11,6 +11,8 @@ The files follow the layout Ascend's static kernel compiler consumes (TorchAir's
 
 A file name is ``<op type>_<dtype>_<format>_<dims of the first tensor input>_<index>``; the index
 tells apart configurations that share the rest of the name (same first input, other attributes).
+These names, and the CANN op type and dtype names inside them, are spelled in
+:mod:`npu_static_kernel._cann_names`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,16 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from npu_static_kernel import _device
+from npu_static_kernel._cann_names import (
+    OUTPUTS_DIRNAME,
+    cann_dtype_name,
+    cann_op_type,
+    debug_dir_name,
+    op_file_name,
+    op_file_stem,
+    outputs_dir_name,
+    selected_dir_name,
+)
 from npu_static_kernel._io import atomic_write_json
 
 __all__ = [
@@ -41,91 +53,10 @@ __all__ = [
     "write_op_statistics",
 ]
 
-OUTPUTS_DIRNAME = "aclnn_static_shape_kernel_outputs"
-
-# aten op name (overload and in-place suffix stripped) -> CANN op type, for the ops whose CANN name
-# is not simply the CamelCase aten name. Unlisted ops fall back to CamelCase (``native_layer_norm``
-# -> ``NativeLayerNorm``), so every op still gets a stable, readable name.
-_CANN_OP_TYPES: dict[str, str] = {
-    "mm": "MatMulV2",
-    "matmul": "MatMulV2",
-    "bmm": "BatchMatMulV2",
-    "add": "Add",
-    "sub": "Sub",
-    "rsub": "Sub",
-    "mul": "Mul",
-    "div": "RealDiv",
-    "neg": "Neg",
-    "exp": "Exp",
-    "log": "Log",
-    "sqrt": "Sqrt",
-    "rsqrt": "Rsqrt",
-    "pow": "Pow",
-    "relu": "Relu",
-    "sigmoid": "Sigmoid",
-    "tanh": "Tanh",
-    "gelu": "Gelu",
-    "silu": "Swish",
-    "sum": "ReduceSum",
-    "mean": "ReduceMean",
-    "amax": "ReduceMax",
-    "amin": "ReduceMin",
-    "softmax": "SoftmaxV2",
-    "log_softmax": "LogSoftmaxV2",
-    "cat": "ConcatD",
-    "permute": "Transpose",
-    "transpose": "Transpose",
-    "where": "SelectV2",
-    "embedding": "GatherV2",
-    "index_select": "GatherV2",
-    "to_copy": "Cast",
-    "native_layer_norm": "LayerNorm",
-    "copy": "ViewCopy",
-}
-
-# torch dtype -> CANN dtype name (``float`` is CANN's name for float32).
-_CANN_DTYPES: dict[torch.dtype, str] = {
-    torch.float32: "float",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    torch.float64: "double",
-    torch.int8: "int8",
-    torch.uint8: "uint8",
-    torch.int16: "int16",
-    torch.int32: "int32",
-    torch.int64: "int64",
-    torch.bool: "bool",
-    torch.complex64: "complex64",
-    torch.complex128: "complex128",
-}
-
-
-def cann_op_type(name: str) -> str:
-    """Return the CANN op type name for an aten op name.
-
-    Args:
-        name: An op name such as ``"mm"``, ``"aten.mm.default"``, ``"add_"`` or ``"_softmax"``.
-
-    Returns:
-        The CANN op type (``"MatMulV2"``, ``"Add"``, ``"SoftmaxV2"``), or the CamelCase op name
-        when no CANN name is known.
-    """
-    parts = name.split(".")
-    # ``namespace.name.overload`` (any namespace, custom ops included) or a bare op name.
-    base = (parts[1] if len(parts) >= 2 else parts[0]).strip("_")
-    mapped = _CANN_OP_TYPES.get(base)
-    if mapped is not None:
-        return mapped
-    return "".join(word[:1].upper() + word[1:] for word in base.split("_") if word) or "Op"
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return _CANN_DTYPES.get(dtype, str(dtype).removeprefix("torch."))
-
 
 def _tensor_spec(tensor: torch.Tensor) -> dict[str, Any]:
     return {
-        "dtype": _dtype_name(tensor.dtype),
+        "dtype": cann_dtype_name(tensor.dtype),
         "format": _device.storage_format(tensor),
         "shape": [int(d) for d in tensor.shape],
         "stride": [int(s) for s in tensor.stride()],
@@ -141,7 +72,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return _jsonable(value.node.hint if hasattr(value.node, "hint") else str(value))
     if isinstance(value, torch.dtype):
-        return _dtype_name(value)
+        return cann_dtype_name(value)
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     return str(value)
@@ -182,9 +113,7 @@ class OpRecord:
         first = self.inputs[0] if self.inputs else (self.outputs[0] if self.outputs else None)
         if first is None:
             return self.op_type
-        dims = "_".join(str(d) for d in first["shape"])
-        parts = [self.op_type, first["dtype"], first["format"]] + ([dims] if dims else [])
-        return "_".join(parts)
+        return op_file_stem(self.op_type, first["dtype"], first["format"], first["shape"])
 
     def signature(self) -> str:
         """A canonical string that is equal exactly for equal configurations."""
@@ -342,27 +271,27 @@ def write_op_statistics(
     root = Path(build_dir if build_dir is not None else os.getcwd()) / OUTPUTS_DIRNAME
     root.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d%H%M%S%f")
-    final = root / f"{stamp}_{pid}_outputs"
+    final = root / outputs_dir_name(stamp, pid)
     while final.exists():  # two recordings in the same microsecond of one process
         stamp = str(int(stamp) + 1)
-        final = root / f"{stamp}_{pid}_outputs"
+        final = root / outputs_dir_name(stamp, pid)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=root))
     try:
-        (staging / str(pid)).mkdir()
-        (staging / f"{pid}_debug").mkdir()
+        (staging / selected_dir_name(pid)).mkdir()
+        (staging / debug_dir_name(pid)).mkdir()
         counters: dict[str, int] = {}
         names: list[str] = []
         selected: list[str] = []
         for record in records:
             index = counters.get(record.stem, 0)
             counters[record.stem] = index + 1
-            name = f"{record.stem}_{index}.json"
+            name = op_file_name(record.stem, index)
             names.append(name)
             chosen = supports(record)
             document = record.to_json(supported=chosen)
-            atomic_write_json(staging / f"{pid}_debug" / name, document)
+            atomic_write_json(staging / debug_dir_name(pid) / name, document)
             if chosen:
-                atomic_write_json(staging / str(pid) / name, document)
+                atomic_write_json(staging / selected_dir_name(pid) / name, document)
                 selected.append(name)
         os.replace(staging, final)
     except BaseException:
@@ -370,8 +299,8 @@ def write_op_statistics(
         raise
     return OpStatistics(
         output_dir=final,
-        selected_dir=final / str(pid),
-        debug_dir=final / f"{pid}_debug",
+        selected_dir=final / selected_dir_name(pid),
+        debug_dir=final / debug_dir_name(pid),
         records=tuple(records),
         files=tuple(names),
         selected=tuple(selected),

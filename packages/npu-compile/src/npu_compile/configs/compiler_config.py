@@ -293,6 +293,11 @@ class ExperimentalAclGraphConfig(_Node):
     Attributes:
         _aclnn_static_shape_kernel: Build shape-specialised kernels for every captured shape.
         _aclnn_static_shape_kernel_build_dir: Where artifacts go (``None``: current directory).
+        _aclnn_static_shape_kernel_fallback_dir: Where statistics and new artifacts go when the
+            build directory is read-only (a cache baked into an image): artifacts found in the
+            build directory are still used, misses build here, with one warning. ``None``:
+            ``$NPU_STATIC_KERNEL_FALLBACK_DIR``, else ``$XDG_CACHE_HOME/npu_static_kernel``
+            (npu-compile extension).
         _aclnn_static_shape_kernel_sym_value_range: Build only for graph keys whose symbolic size
             number ``_aclnn_static_shape_kernel_sym_index`` is in this list (``None``: all).
         _aclnn_static_shape_kernel_sym_index: Which symbolic size the range looks at.
@@ -305,6 +310,9 @@ class ExperimentalAclGraphConfig(_Node):
     _aclnn_static_shape_kernel = _Option(False, boolean, "static kernel compilation")
     _aclnn_static_shape_kernel_build_dir = _Option[str | None](
         None, optional_path, "static kernel build directory"
+    )
+    _aclnn_static_shape_kernel_fallback_dir = _Option[str | None](
+        None, optional_path, "static kernel fallback directory"
     )
     _aclnn_static_shape_kernel_sym_value_range = _Option[tuple[int, ...] | None](
         None, int_list_or_none, "symbolic values that get static kernels"
@@ -553,6 +561,10 @@ NPUGRAPH_EX_OPTIONS: dict[str, tuple[str, bool]] = {
     # npu-compile's own keys.
     "static_kernel_build_dir": (
         "experimental_config.aclgraph._aclnn_static_shape_kernel_build_dir",
+        False,
+    ),
+    "static_kernel_fallback_dir": (
+        "experimental_config.aclgraph._aclnn_static_shape_kernel_fallback_dir",
         False,
     ),
     "check_output_overwrite": ("debug.aclgraph.check_output_overwrite", False),

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 import torch
 
 from npu_compile import _device
-from npu_compile._demo_model import PROMPT_LENGTH, DemoConfig, TinyDecoder, greedy_generate
+from npu_compile._cli.demo_model import PROMPT_LENGTH, DemoConfig, TinyDecoder, greedy_generate
 from npu_compile.errors import DemoMismatchError
 
 __all__ = ["DemoResult", "run_demo", "DEMO_MAX_BYTES", "demo_model_bytes", "check_demo_size"]
@@ -39,7 +39,7 @@ class DemoResult:
         eager_verdict: Host/Device Bound verdict of an eager decode step.
         compiled_verdict: The same under reduce-overhead.
         identical: Whether both runs produced the same tokens.
-        fallbacks: FX graphs that fell back to eager (with reasons).
+        fallbacks: FX graphs that fell back to eager, each as ``"graph (reason code): message"``.
     """
 
     device: str
@@ -232,7 +232,7 @@ def _compare(
     run: Callable[[str, Callable[..., torch.Tensor]], tuple[torch.Tensor, list[float]]],
     progress: TextIO | None,
 ) -> DemoResult:
-    from npu_compile._diagnose import diagnose
+    from npu_compile._cli.diagnose import diagnose
     from npu_compile.backend import get_npu_backend
 
     torch._dynamo.reset()
@@ -242,7 +242,10 @@ def _compare(
     compiled_tokens, compiled_times = run("reduce-overhead", compiled)
     captures, replays, pool = _runner_totals(backend.stats.runners)
     # Read now: torch._dynamo.reset() below resets the backend's statistics.
-    fallbacks = tuple(f"{name}: {reason}" for name, reason in backend.stats.fallbacks)
+    stats = backend.stats
+    fallbacks = tuple(
+        f"{name} ({stats.fallback_reasons[name]}): {message}" for name, message in stats.fallbacks
+    )
 
     # Host/Device Bound of one decode step (fixed position: the step can repeat).
     token = prompt[:, :1].contiguous()

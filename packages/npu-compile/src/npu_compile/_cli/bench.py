@@ -26,8 +26,8 @@ from typing import Any, TextIO
 import torch
 
 from npu_compile import _device
-from npu_compile._demo_model import DemoConfig, TinyDecoder
-from npu_compile._io import atomic_write_json
+from npu_compile._cli.demo_model import DemoConfig, TinyDecoder
+from npu_compile._cli.files import atomic_write_json
 
 __all__ = [
     "BenchRow",
@@ -189,7 +189,13 @@ def _decode_step_bench(
     # Read before the next measure's torch._dynamo.reset() clears the backend's statistics: a
     # variant that fell back to eager must not pass for a captured one.
     if rows[-1].us_per_call is not None and (backend.stats.fallbacks or not backend.stats.captured):
-        reasons = "; ".join(reason for _, reason in backend.stats.fallbacks) or "nothing captured"
+        stats = backend.stats
+        reasons = (
+            "; ".join(
+                f"{stats.fallback_reasons[name]}: {message}" for name, message in stats.fallbacks
+            )
+            or "nothing captured"
+        )
         rows[-1].note = f"NOT captured, ran eagerly: {reasons}"[:160]
     if device.type == "cuda":
         measure("torch cudagraphs", torch.compile(model, backend="cudagraphs", dynamic=False))

@@ -7,7 +7,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import stat
 import subprocess
@@ -18,6 +17,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from npu_static_kernel import _device
+from npu_static_kernel._cann_names import (
+    ASCEND_GLOBAL_LOG_LEVEL_ENV,
+    ASCEND_HOME_PATH_ENV,
+    LOG_LEVELS,
+    OP_COMPILER,
+    RUN_GLOB,
+    RUN_NAME,
+    VERSION_FILES,
+    uninstaller_glob,
+)
 from npu_static_kernel._interface import BuildRequest, StaticKernelBuilder
 from npu_static_kernel._io import atomic_write_json
 from npu_static_kernel._record import OpRecord, default_supports
@@ -25,14 +34,10 @@ from npu_static_kernel.errors import BuildError
 
 __all__ = ["AscendBuilder"]
 
+# Not a CANN file: where this package records the uninstall scripts an install left behind.
 UNINSTALL_RECORD = "uninstall.json"
-# The packages op_compiler writes: static_kernel_<datetime>.run.
-_RUN_NAME = re.compile(r"static_kernel_[0-9A-Za-z_]+\.run")
 
 logger = logging.getLogger("npu_static_kernel")
-
-# CANN's ASCEND_GLOBAL_LOG_LEVEL (0..3; 4 = off) to op_compiler's -l values.
-_LOG_LEVELS = {"0": "debug", "1": "info", "2": "warning", "3": "error"}
 
 # .run packages installed by this process (SHA-256 of the file): installing mutates CANN's shared
 # op library, so the same package is never executed twice by one process.
@@ -64,7 +69,7 @@ class AscendBuilder(StaticKernelBuilder):
         *,
         jobs: int | None = None,
         blacklist: Iterable[str] = (),
-        op_compiler: str = "op_compiler",
+        op_compiler: str = OP_COMPILER,
     ) -> None:
         self.soc_version = soc_version
         self.jobs = jobs if jobs is not None else (os.cpu_count() or 1)
@@ -113,10 +118,10 @@ class AscendBuilder(StaticKernelBuilder):
             # Nothing to compile (only views or blacklisted ops): an empty artifact is still a
             # valid answer, so the next process does not record and retry for nothing.
             return
-        before = set(stats.output_dir.glob("static_kernel_*.run"))
+        before = set(stats.output_dir.glob(RUN_GLOB))
         command = [exe, "-p", str(stats.selected_dir), "-v", self._soc(), "-j", str(self.jobs)]
         command += ["-o", str(stats.output_dir)]
-        level = _LOG_LEVELS.get(os.environ.get("ASCEND_GLOBAL_LOG_LEVEL", ""))
+        level = LOG_LEVELS.get(os.environ.get(ASCEND_GLOBAL_LOG_LEVEL_ENV, ""))
         if level is not None:
             command += ["-l", level]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -127,7 +132,7 @@ class AscendBuilder(StaticKernelBuilder):
                 f"statistics are in {stats.selected_dir} (exclude failing ops with "
                 "AscendBuilder(blacklist=[...]))"
             )
-        produced = sorted(set(stats.output_dir.glob("static_kernel_*.run")) - before)
+        produced = sorted(set(stats.output_dir.glob(RUN_GLOB)) - before)
         if not produced:
             raise BuildError(
                 f"op_compiler succeeded but wrote no static_kernel_*.run into {stats.output_dir}; "
@@ -144,7 +149,7 @@ class AscendBuilder(StaticKernelBuilder):
         """
         installed: list[dict[str, str]] = []
         runs: dict[str, str] = {}
-        for run in sorted(artifact_dir.glob("static_kernel_*.run")):
+        for run in sorted(artifact_dir.glob(RUN_GLOB)):
             digest = hashlib.sha256(run.read_bytes()).hexdigest()
             runs[run.name] = digest
             with _installed_lock:
@@ -180,10 +185,10 @@ class AscendBuilder(StaticKernelBuilder):
 
 
 def _cann_version() -> str:
-    home = os.environ.get("ASCEND_HOME_PATH")
+    home = os.environ.get(ASCEND_HOME_PATH_ENV)
     if not home:
         return "unknown"
-    for name in ("version.cfg", "version.info"):
+    for name in VERSION_FILES:
         path = Path(home) / name
         if path.is_file():
             return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
@@ -191,11 +196,10 @@ def _cann_version() -> str:
 
 
 def _find_uninstallers(run_stem: str) -> list[str]:
-    home = os.environ.get("ASCEND_HOME_PATH")
+    home = os.environ.get(ASCEND_HOME_PATH_ENV)
     if not home:
         return []
-    pattern = os.path.join(home, "..", "*", "opp", "static_kernel", "ai_core", run_stem)
-    return sorted(glob.glob(os.path.join(pattern, "uninstall.sh")))
+    return sorted(glob.glob(uninstaller_glob(home, run_stem)))
 
 
 def _sha256(path: Path) -> str:
@@ -258,8 +262,8 @@ def run_uninstallers(artifact_dir: Path) -> list[str]:
     if not recorded:
         return []
     ran: list[str] = []
-    for run in sorted(artifact_dir.glob("static_kernel_*.run")):
-        if run.is_symlink() or _RUN_NAME.fullmatch(run.name) is None:
+    for run in sorted(artifact_dir.glob(RUN_GLOB)):
+        if run.is_symlink() or RUN_NAME.fullmatch(run.name) is None:
             continue
         for script in _find_uninstallers(run.stem):
             expected = recorded.get(script)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import inspect
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -28,6 +30,9 @@ _ARTIFACT = "inductor_artifact.bin"
 _BUNDLE = "inductor_cache"
 # Inductor writes these while it works; they are not part of the artifact.
 _BUNDLE_SKIP = ("locks",)
+
+# The build's vector-ISA decisions (CPU only); see _built_isa.
+_ISA = "inductor_cpu_isa.json"
 
 _load_root: Path | None = None
 _load_root_lock = threading.Lock()
@@ -84,26 +89,82 @@ def _copy_bundle(artifact_dir: Path, target: Path) -> None:
             raise CacheError(f"{name} changed while the artifact was loaded")
 
 
+def _read_isa(artifact_dir: Path) -> dict[str, object]:
+    """The build's ISA choice (verified with the artifact's other files), ``{}`` if absent."""
+    try:
+        data = json.loads((artifact_dir / _ISA).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, (str, bool))}
+
+
 @contextlib.contextmanager
 def _nothing() -> Iterator[None]:
     yield
 
 
-@contextlib.contextmanager
-def _trust_the_bundled_isa() -> Iterator[None]:
-    """Skip Inductor's CPU vector-ISA probe while loading a bundled artifact.
+def _built_isa() -> dict[str, object]:
+    """The vector ISA Inductor picked for this build (kept with the artifact).
 
-    Before loading C++ kernels, Inductor proves each candidate ISA by compiling a test program
-    and loading it in a new Python process (about a second, and it fails on a machine without a
-    C++ compiler, which then misses the bundled kernels). The artifact's key already pins the
-    CPU capability, and the bundled kernels were compiled for the ISA picked at build time, so
-    the CPU's advertised ISAs are taken as they are for this load only; the probe result is not
-    kept, so later compiles in this process probe as usual. A user setting
-    (``cpp.vec_isa_ok``) or an ISA list this process already probed is left alone.
+    Inductor names a compiled C++ kernel by a key that includes the ISA's compiler flags, and
+    which ISA (AVX-512 with VNNI or not, with BF16 or not) is decided by compiling test programs:
+    a load must reuse the build's choice, not probe again, or the key (and so the bundled kernel)
+    is missed.
     """
     try:
-        from torch._inductor import config as inductor_config
         from torch._inductor import cpu_vec_isa
+
+        isa = cpu_vec_isa.pick_vec_isa()
+    except Exception:
+        return {}
+    picked: dict[str, object] = {"isa": str(isa)}
+    bf16 = getattr(isa, "_is_avx512_bf16_supported", None)
+    if isinstance(bf16, bool):
+        picked["avx512_bf16"] = bf16
+    return picked
+
+
+def _the_built_isa(cpu_vec_isa: Any, built: Mapping[str, object]) -> Any:
+    """A copy of the ISA the build picked, if this CPU advertises it (else None: probe)."""
+    name = built.get("isa")
+    if not isinstance(name, str) or not name:
+        return None
+    for isa in getattr(cpu_vec_isa, "supported_vec_isa_list", ()):
+        if str(isa) == name:
+            break
+    else:
+        return None
+    checker = getattr(cpu_vec_isa, "x86_isa_checker", None)
+    if callable(checker) and str(isa).startswith("avx"):
+        advertised = set(checker())
+        if not all(flag in advertised for flag in str(isa).split()):
+            return None
+    chosen = copy.copy(isa)  # never change Inductor's own instances
+    bf16 = built.get("avx512_bf16")
+    if isinstance(bf16, bool) and hasattr(chosen, "_is_avx512_bf16_supported"):
+        chosen._is_avx512_bf16_supported = bf16
+    return chosen
+
+
+@contextlib.contextmanager
+def _trust_the_bundled_isa(built: Mapping[str, object] | None = None) -> Iterator[None]:
+    """Load bundled C++ kernels without running a C++ compiler.
+
+    Before it loads a C++ kernel, Inductor (1) picks the vector ISA by compiling a test program
+    per candidate and loading each in a new Python process, and (2) precompiles the C++ headers.
+    Both run the C++ compiler: about a second per load, and on a machine without one (a serving
+    image) the load fails. For this load only, the ISA is the build's (``built``, from
+    :func:`_built_isa`, when the CPU advertises it; else the ISAs the CPU advertises are taken
+    as they are) and no header is precompiled: the header only serves a compile, and a bundled
+    kernel needs none (a missing one fails to compile and the artifact is rebuilt). Nothing is
+    kept: later compiles in this process probe as usual. A user setting (``cpp.vec_isa_ok``) or
+    an ISA list this process already probed is left alone.
+    """
+    try:
+        from torch._inductor import codecache, cpu_vec_isa
+        from torch._inductor import config as inductor_config
     except ImportError:
         yield
         return
@@ -120,11 +181,33 @@ def _trust_the_bundled_isa() -> Iterator[None]:
     ):
         yield
         return
+    # Attributes replaced for the load, each only where this torch has it.
+    replaced: list[tuple[object, str, object]] = []
+    chosen = _the_built_isa(cpu_vec_isa, built or {})
+    if chosen is not None:
+        for module in (cpu_vec_isa, codecache):
+            if callable(getattr(module, "pick_vec_isa", None)):
+                replaced.append((module, "pick_vec_isa", lambda: chosen))
+    if callable(getattr(codecache, "_precompile_header", None)):
+        replaced.append((codecache, "_precompile_header", lambda *args, **kwargs: os.devnull))
+    # ISA classes cache their truth value per instance (``functools.cache`` on ``__bool__``).
+    cached_truth = [
+        clear
+        for isa in getattr(cpu_vec_isa, "supported_vec_isa_list", ())
+        if callable(clear := getattr(type(isa).__bool__, "cache_clear", None))
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in replaced]
     try:
+        for owner, name, value in replaced:
+            setattr(owner, name, value)
         with inductor_config.patch({"cpp.vec_isa_ok": True}):
             yield
     finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
         cache_clear()
+        for clear in cached_truth:
+            clear()
 
 
 class InductorBuilder(StaticKernelBuilder):
@@ -172,6 +255,9 @@ class InductorBuilder(StaticKernelBuilder):
                     **_standalone_compile_options(compile_fn),
                 )
                 artifact.save(path=str(out_dir / _ARTIFACT), format="binary")
+            if cache_dir is not None and request.device_type == "cpu":
+                # Only a bundle's load skips the ISA probe, and it needs the build's answers.
+                (out_dir / _ISA).write_text(json.dumps(_built_isa()), encoding="utf-8")
             for name in _BUNDLE_SKIP:
                 shutil.rmtree(bundle / name, ignore_errors=True)
         except Exception as exc:
@@ -193,7 +279,7 @@ class InductorBuilder(StaticKernelBuilder):
                 # writes locks and cache entries while it loads.
                 private = _private_load_dir()
                 _copy_bundle(artifact_dir, private)
-                with cache_dir(str(private)), _trust_the_bundled_isa():
+                with cache_dir(str(private)), _trust_the_bundled_isa(_read_isa(artifact_dir)):
                     artifact = CompiledArtifact.load(path=str(path), format="binary")
             else:
                 artifact = CompiledArtifact.load(path=str(path), format="binary")

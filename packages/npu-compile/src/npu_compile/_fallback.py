@@ -1,0 +1,49 @@
+"""Why an FX graph runs eagerly instead of captured: one code per cause, and the record kept.
+
+A graph the backend cannot capture falls back to eager (or raises with
+``debug.aclgraph.strict``). Each fallback carries a :class:`FallbackReason`, for programs and
+tests, next to the message written for people.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple
+
+__all__ = ["Fallback", "FallbackReason"]
+
+
+class FallbackReason(enum.StrEnum):
+    """Why an FX graph fell back to eager (values of ``BackendStats.fallback_reasons``).
+
+    Members are strings, so ``reason == "host_sync"`` keeps working. The logged warning and the
+    strict-mode :class:`~npu_compile.BackendError` name the value too.
+
+    Attributes:
+        MIXED_DEVICES: The graph's inputs live on several device types; a device graph runs on
+            one device.
+        TRAINING: Autograd records the graph (an output requires grad); only inference graphs
+            are captured.
+        HOST_SYNC: An operator reads a tensor value on the host (``.item()``, ``nonzero``),
+            which a device graph cannot record.
+        AOT_TRACE_FAILED: AOT autograd could not trace the graph.
+    """
+
+    MIXED_DEVICES = "mixed_devices"
+    TRAINING = "training"
+    HOST_SYNC = "host_sync"
+    AOT_TRACE_FAILED = "aot_trace_failed"
+
+
+class Fallback(NamedTuple):
+    """One entry of ``BackendStats.fallbacks``: a plain ``(graph, message)`` pair.
+
+    Its :class:`FallbackReason` is ``stats.fallback_reasons[entry.graph]``.
+
+    Attributes:
+        graph: The FX graph's name (as in the log lines, e.g. ``npu_compile_3``).
+        message: Why it runs eagerly and what to do about it, for people.
+    """
+
+    graph: str
+    message: str

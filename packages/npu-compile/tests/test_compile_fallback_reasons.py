@@ -1,0 +1,157 @@
+"""Each way an FX graph falls back to eager carries its own ``FallbackReason`` code."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import npu_compile
+import pytest
+import torch
+from npu_compile import BackendError, CompilerConfig, Fallback, FallbackReason, get_npu_backend
+
+# One case per reason: (function to compile, its arguments, what must hold around the call).
+Case = tuple[Callable[..., Any], tuple[Any, ...], Callable[[pytest.MonkeyPatch], Any]]
+
+
+def _mixed_devices(monkeypatch: pytest.MonkeyPatch) -> Any:
+    return contextlib.nullcontext()
+
+
+def _inference(monkeypatch: pytest.MonkeyPatch) -> Any:
+    return torch.no_grad()
+
+
+def _with_grad(monkeypatch: pytest.MonkeyPatch) -> Any:
+    return torch.enable_grad()
+
+
+def _host_sync(monkeypatch: pytest.MonkeyPatch) -> Any:
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._dynamo.config.patch(capture_scalar_outputs=True))
+    stack.enter_context(torch.no_grad())
+    return stack
+
+
+def _aot_fails(monkeypatch: pytest.MonkeyPatch) -> Any:
+    import torch._functorch.aot_autograd as aot
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("unsupported op foo")
+
+    monkeypatch.setattr(aot, "aot_module_simplified", broken)
+    return torch.no_grad()
+
+
+def _two_devices(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x + 1, y * 2
+
+
+def _reads_on_host(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    # The repeat count is a device value the host must read: uncapturable.
+    return x.repeat(int(n.max().item()))
+
+
+def _plus_one(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+_LINEAR = torch.nn.Linear(2, 2)
+
+CASES: dict[FallbackReason, Case] = {
+    FallbackReason.MIXED_DEVICES: (
+        _two_devices,
+        (torch.ones(2), torch.ones(2, device="meta")),
+        _mixed_devices,
+    ),
+    FallbackReason.TRAINING: (_LINEAR, (torch.ones(1, 2),), _with_grad),
+    FallbackReason.HOST_SYNC: (_reads_on_host, (torch.randn(3), torch.tensor([2])), _host_sync),
+    FallbackReason.AOT_TRACE_FAILED: (_plus_one, (torch.ones(2),), _aot_fails),
+}
+
+
+def test_every_reason_has_a_case() -> None:
+    assert set(CASES) == set(FallbackReason)
+
+
+def test_the_reasons_are_public_strings() -> None:
+    assert "FallbackReason" in npu_compile.__all__
+    assert "Fallback" in npu_compile.__all__
+    assert FallbackReason.HOST_SYNC == "host_sync"
+    assert isinstance(FallbackReason.TRAINING, str)
+
+
+@pytest.fixture
+def compile_case(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[FallbackReason, CompilerConfig | None], npu_compile.NpuBackend]:
+    """Compile one case's function with a fresh backend and return the backend."""
+
+    def run(reason: FallbackReason, config: CompilerConfig | None) -> npu_compile.NpuBackend:
+        fn, args, around = CASES[reason]
+        backend = get_npu_backend(compiler_config=config)
+        with around(monkeypatch):
+            torch.compile(fn, backend=backend)(*args)
+        return backend
+
+    return run
+
+
+@pytest.mark.parametrize("reason", list(FallbackReason), ids=str)
+def test_each_fallback_records_its_reason_next_to_the_message(
+    reason: FallbackReason,
+    compile_case: Callable[[FallbackReason, CompilerConfig | None], npu_compile.NpuBackend],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="npu_compile"):
+        backend = compile_case(reason, None)
+    (entry,) = backend.stats.fallbacks
+    assert isinstance(entry, Fallback)
+    graph, message = entry  # still a (graph, message) pair
+    assert (graph, message) == (entry.graph, entry.message)
+    assert message
+    assert backend.stats.fallback_reasons == {graph: reason}
+    (record,) = [r for r in caplog.records if r.name == "npu_compile"]
+    assert f"runs eagerly ({reason.value}): " in record.getMessage()
+    assert message in record.getMessage()
+
+
+@pytest.mark.parametrize("reason", list(FallbackReason), ids=str)
+def test_strict_mode_raises_with_the_reason(
+    reason: FallbackReason,
+    compile_case: Callable[[FallbackReason, CompilerConfig | None], npu_compile.NpuBackend],
+) -> None:
+    config = CompilerConfig()
+    config.debug.aclgraph.strict = True
+    with pytest.raises(Exception, match=rf"\({reason.value}\)") as info:
+        compile_case(reason, config)
+    # Dynamo wraps backend errors in BackendCompilerFailed and keeps ours as inner_exception.
+    error = getattr(info.value, "inner_exception", info.value)
+    assert isinstance(error, BackendError)
+    assert error.reason is reason
+
+
+def test_other_backend_errors_have_no_reason() -> None:
+    assert BackendError("what went wrong; what to do").reason is None
+
+
+def test_reset_forgets_the_reasons(
+    compile_case: Callable[[FallbackReason, CompilerConfig | None], npu_compile.NpuBackend],
+) -> None:
+    backend = compile_case(FallbackReason.AOT_TRACE_FAILED, None)
+    assert backend.stats.fallback_reasons
+    backend.reset()
+    assert backend.stats.fallbacks == []
+    assert backend.stats.fallback_reasons == {}
+
+
+def test_the_bench_note_names_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    from npu_compile import _pipeline
+    from npu_compile._cli.bench import decode_step_bench
+    from npu_compile._cli.demo_model import DemoConfig
+
+    monkeypatch.setattr(_pipeline, "uncapturable_reason", lambda gm, inputs: "test says no")
+    report = decode_step_bench(torch.device("cpu"), steps=1, config=DemoConfig(layers=1, dim=32))
+    assert "mixed_devices: test says no" in report.rows[1].note
