@@ -1,4 +1,8 @@
-"""Root pytest configuration: skip ``device``-marked tests without an accelerator; CLI checks."""
+"""Root pytest configuration: fixtures shared by every package's tests and docstring examples.
+
+Skips ``device``-marked tests without an accelerator; runs each docstring example in a temporary
+directory; offers fresh Dynamo and tagged-event state, and the CLI checks.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import argparse
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -23,6 +27,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker("device"):
                 item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _doctest_in_tmp_dir(request: pytest.FixtureRequest) -> None:
+    """Run each docstring example in a temporary current directory.
+
+    An example writes where its reader would (``export_path="out"``, the default build
+    directory), and nothing lands in the checkout. Ordinary tests keep the directory pytest was
+    started from; they ask for nothing here, so their fixture order is unchanged.
+    """
+    if isinstance(request.node, pytest.DoctestItem):
+        tmp_path = request.getfixturevalue("tmp_path")
+        request.getfixturevalue("monkeypatch").chdir(tmp_path)
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    """Reset ``torch._dynamo`` before and after the test: it compiles from scratch.
+
+    No graph cached (nor recompile counted) by an earlier test answers its calls.
+    """
+    import torch
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def fresh_tagged_events() -> Iterator[None]:
+    """Clear npu-streams' process-wide tagged-event registry before and after the test."""
+    import npu_streams
+
+    npu_streams.reset_tagged_events()
+    yield
+    npu_streams.reset_tagged_events()
 
 
 def _argparse_problems(parser: argparse.ArgumentParser) -> list[str]:

@@ -75,9 +75,17 @@ def _editables(*packages: str) -> list[str]:
 @nox.session(python=PYTHONS, tags=["tests"])
 @nox.parametrize("package", PACKAGES)
 def tests(session: nox.Session, package: str) -> None:
-    """Unit tests of one package, with only that package and its declared siblings installed."""
+    """Unit tests and docstring examples of one package, with only it and its siblings installed."""
     session.install(*CONSTRAINTS, *TEST_TOOLS, *_editables(package))
-    session.run("pytest", f"packages/{package}/tests", *session.posargs)
+    # The docstring examples are documentation that must stay true: pytest runs every `>>>`
+    # example under src/ as a test (the root conftest gives each a temporary current directory).
+    session.run(
+        "pytest",
+        "--doctest-modules",
+        f"packages/{package}/tests",
+        f"packages/{package}/src",
+        *session.posargs,
+    )
 
 
 @nox.session(python=PYTHONS[0])

@@ -17,15 +17,8 @@ def device() -> torch.device:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_state() -> Iterator[None]:
-    """Each example starts from a clean Dynamo cache and tagged-event registry."""
-    import npu_streams
-
-    torch._dynamo.reset()
-    npu_streams.reset_tagged_events()
-    yield
-    torch._dynamo.reset()
-    npu_streams.reset_tagged_events()
+def _fresh_state(fresh_dynamo: None, fresh_tagged_events: None) -> None:
+    """Each example starts from a clean Dynamo cache and tagged-event registry (root conftest)."""
 
 
 @pytest.fixture(params=["dynamo-graph", "aten-graph"])

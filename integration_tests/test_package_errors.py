@@ -2,7 +2,9 @@
 
 Each distribution's version matches its metadata; every error class derives from the package's
 one root error, keeps a builtin base (callers may catch ``ValueError`` and the like), and has a
-``code`` of its own; warnings are ``UserWarning`` subclasses with a code.
+``code`` of its own; warnings are ``UserWarning`` subclasses with a code. A bad option has one
+name everywhere: ``ConfigError``, a ``ValueError``; an old name survives only as a declared,
+deprecated alias of the same class.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ PACKAGES = {
     "npu_graph_export": ("npu-graph-export", "NpuGraphExportError"),
     "npu_compile": ("npu-compile", "NpuCompileError"),
 }
+# Packages that take options (npu-streams has none: its tags and priorities are StreamTagError).
+TAKES_OPTIONS = ["npu_compile", "npu_graph_export", "npu_mempool", "npu_static_kernel"]
+# Old error names kept for callers: (package, old name) -> the class they now name.
+DEPRECATED_ALIASES = {("npu_mempool", "OptionsError"): "ConfigError"}
 
 
 @pytest.mark.parametrize("name", sorted(PACKAGES))
@@ -35,6 +41,10 @@ def test_errors_share_one_root_keep_a_builtin_and_have_their_own_codes(name: str
     for attribute in errors.__all__:
         cls = getattr(errors, attribute)
         assert isinstance(cls, type), attribute
+        if (name, attribute) in DEPRECATED_ALIASES:
+            assert cls is getattr(errors, DEPRECATED_ALIASES[name, attribute]), attribute
+            continue
+        assert cls.__name__ == attribute, f"{attribute} names {cls.__name__}: declare the alias"
         code = getattr(cls, "code", None)
         assert isinstance(code, str), f"{attribute} has no code"
         assert code, f"{attribute} has an empty code"
@@ -54,6 +64,27 @@ def test_errors_share_one_root_keep_a_builtin_and_have_their_own_codes(name: str
     # The package re-exports its errors at the top level.
     package = importlib.import_module(name)
     assert getattr(package, PACKAGES[name][1]) is root
+
+
+@pytest.mark.parametrize("name", TAKES_OPTIONS)
+def test_a_bad_option_is_a_config_error_everywhere(name: str) -> None:
+    errors = importlib.import_module(f"{name}.errors")
+    config_error = errors.ConfigError
+    assert "ConfigError" in errors.__all__
+    assert issubclass(config_error, getattr(errors, PACKAGES[name][1]))
+    assert issubclass(config_error, ValueError)
+    assert importlib.import_module(name).ConfigError is config_error
+
+
+@pytest.mark.parametrize(("name", "old"), sorted(DEPRECATED_ALIASES))
+def test_deprecated_error_names_still_catch_the_new_class(name: str, old: str) -> None:
+    errors = importlib.import_module(f"{name}.errors")
+    new = getattr(errors, DEPRECATED_ALIASES[name, old])
+    alias = getattr(importlib.import_module(name), old)
+    assert alias is new
+    assert old in errors.__all__  # still a promise of the package's API
+    with pytest.raises(alias):
+        raise new("raised under the new name")
 
 
 def _counters() -> list[object]:

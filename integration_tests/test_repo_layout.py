@@ -193,3 +193,24 @@ def test_each_cli_runs_as_a_module() -> None:
         src = package_dir / "src" / package_dir.name.replace("-", "_")
         if scripts:
             assert (src / "__main__.py").is_file(), f"python -m {src.name} does not work"
+
+
+def test_docstring_examples_are_collected_and_none_is_skipped() -> None:
+    # Every `>>>` example under src/ is a test: a skipped one is documentation nobody checks.
+    skipped = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted(ROOT.glob("packages/*/src/**/*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"doctest:.*\+SKIP", line)
+    ]
+    assert not skipped, f"skipped docstring examples: {skipped}"
+    # The unit session of each package collects them from its src/ tree.
+    noxfile = (ROOT / "noxfile.py").read_text()
+    (tests_session,) = [
+        node
+        for node in ast.parse(noxfile).body
+        if isinstance(node, ast.FunctionDef) and node.name == "tests"
+    ]
+    source = ast.get_source_segment(noxfile, tests_session) or ""
+    assert "--doctest-modules" in source
+    assert 'f"packages/{package}/src"' in source

@@ -5,15 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Iterator[None]:
-    """Every test compiles from scratch: no graph cached by an earlier test answers its calls."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+def _autouse_fresh_dynamo(fresh_dynamo: None) -> None:
+    """Every test compiles from scratch: the root conftest's ``fresh_dynamo`` around each one."""
 
 
 @pytest.fixture(params=[True, False], ids=["cpu-replays-dynamo", "aten"])

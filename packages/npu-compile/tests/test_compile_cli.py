@@ -1,19 +1,10 @@
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from npu_compile._cli import bench as _bench
 from npu_compile.cli import main
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
 
 SMALL = ["--layers", "1", "--dim", "32"]
 

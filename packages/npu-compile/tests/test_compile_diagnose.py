@@ -1,17 +1,9 @@
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from npu_compile import DiagnoseReport, PhaseTiming, diagnose
 from npu_compile._cli.diagnose import DEVICE_BOUND, HOST_BOUND, _verdict
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def test_cpu_report_says_device_time_is_not_separable() -> None:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import npu_compile
 import npu_mempool
-import npu_streams
 import pytest
 import torch
 from npu_compile import (
@@ -24,14 +22,9 @@ from npu_compile import (
 from npu_compile._passes import filter_specializer
 from npu_compile.configs.compiler_config import NPUGRAPH_EX_OPTIONS
 
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    npu_streams.reset_tagged_events()
-    yield
-    torch._dynamo.reset()
-    npu_streams.reset_tagged_events()
+# Tags are process-wide: each test also starts with an empty tagged-event registry (Dynamo is
+# reset around every test by the package conftest).
+pytestmark = pytest.mark.usefixtures("fresh_tagged_events")
 
 
 class GraphSpy:

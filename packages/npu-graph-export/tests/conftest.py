@@ -507,6 +507,19 @@ def check_ge_graph(graph: ge.GraphDef) -> set[str]:
     return {op.type for op in graph.op}
 
 
+def read_ge_graph(path: Path) -> ge.GraphDef:
+    """The graph of an ``.air`` file, or of the ``export.air`` in an export directory."""
+    model = ge.ModelDef()
+    model.ParseFromString((path / "export.air" if path.is_dir() else path).read_bytes())
+    return model.graph[0]
+
+
+@pytest.fixture
+def read_graph() -> Callable[[Path], ge.GraphDef]:
+    """Read back an exported graph (see ``read_ge_graph``)."""
+    return read_ge_graph
+
+
 @pytest.fixture
 def ge_check() -> Callable[[ge.GraphDef], set[str]]:
     """The GE conformance check of a graph (see ``check_ge_graph``)."""

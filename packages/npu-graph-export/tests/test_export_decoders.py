@@ -14,12 +14,6 @@ from npu_graph_export._proto import ge_ir_pb2 as ge
 ExportDir = Callable[[str, bool], Path]
 
 
-def _graph(path: Path) -> ge.GraphDef:
-    model = ge.ModelDef()
-    model.ParseFromString((path / "export.air").read_bytes())
-    return model.graph[0]
-
-
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_decoder_matches_eager_through_numpy_runtime(
@@ -43,9 +37,11 @@ def test_decoder_matches_eager_through_numpy_runtime(
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_dynamic_export_writes_minus_one_for_batch_and_sequence(
-    decoder_exports: ExportDir, name: str
+    decoder_exports: ExportDir,
+    name: str,
+    read_graph: Callable[[Path], ge.GraphDef],
 ) -> None:
-    graph = _graph(decoder_exports(name, True))
+    graph = read_graph(decoder_exports(name, True))
     (data,) = [op for op in graph.op if op.type == "Data"]
     assert list(data.output_desc[0].shape.dim) == [-1, -1]
     assert data.attr["index"].i == 0
@@ -55,16 +51,19 @@ def test_dynamic_export_writes_minus_one_for_batch_and_sequence(
 
 def test_static_export_keeps_example_shape_and_runtime_checks_it(
     decoder_exports: ExportDir,
+    read_graph: Callable[[Path], ge.GraphDef],
 ) -> None:
     path = decoder_exports("gpt2", False)
-    (data,) = [op for op in _graph(path).op if op.type == "Data"]
+    (data,) = [op for op in read_graph(path).op if op.type == "Data"]
     assert list(data.output_desc[0].shape.dim) == [2, 8]
     with pytest.raises(RuntimeInputError, match=r"shape \[3, 5\]"):
         runtime.load(path).run(np.zeros((3, 5), np.int64))
 
 
-def test_gpt2_uses_ge_fused_operators(decoder_exports: ExportDir) -> None:
-    graph = _graph(decoder_exports("gpt2", False))
+def test_gpt2_uses_ge_fused_operators(
+    decoder_exports: ExportDir, read_graph: Callable[[Path], ge.GraphDef]
+) -> None:
+    graph = read_graph(decoder_exports("gpt2", False))
     by_type: dict[str, list[ge.OpDef]] = {}
     for op in graph.op:
         by_type.setdefault(op.type, []).append(op)
@@ -84,8 +83,10 @@ def test_gpt2_uses_ge_fused_operators(decoder_exports: ExportDir) -> None:
     assert len(by_type["NetOutput"]) == 1
 
 
-def test_llama_uses_swish_rotary_slices_and_concat(decoder_exports: ExportDir) -> None:
-    graph = _graph(decoder_exports("llama", True))
+def test_llama_uses_swish_rotary_slices_and_concat(
+    decoder_exports: ExportDir, read_graph: Callable[[Path], ge.GraphDef]
+) -> None:
+    graph = read_graph(decoder_exports("llama", True))
     types = {op.type for op in graph.op}
     assert {"Swish", "StridedSliceV2", "ConcatV2", "Rsqrt", "ReduceMean", "SelectV2"} <= types
     assert {"Shape", "Pack"} <= types  # dynamic sizes computed in the graph
@@ -96,8 +97,10 @@ def test_llama_uses_swish_rotary_slices_and_concat(decoder_exports: ExportDir) -
     assert list(softmax.attr["axes"].list.i) == [3]
 
 
-def test_record_nn_module_stack_names_the_layer(decoder_exports: ExportDir) -> None:
-    graph = _graph(decoder_exports("llama", False))
+def test_record_nn_module_stack_names_the_layer(
+    decoder_exports: ExportDir, read_graph: Callable[[Path], ge.GraphDef]
+) -> None:
+    graph = read_graph(decoder_exports("llama", False))
     stacks = [
         op.attr["nn_module_stack"].s.decode() for op in graph.op if "nn_module_stack" in op.attr
     ]
@@ -108,10 +111,12 @@ def test_record_nn_module_stack_names_the_layer(decoder_exports: ExportDir) -> N
     )
 
 
-def test_pbtxt_is_readable_node_text(decoder_exports: ExportDir) -> None:
+def test_pbtxt_is_readable_node_text(
+    decoder_exports: ExportDir, read_graph: Callable[[Path], ge.GraphDef]
+) -> None:
     path = decoder_exports("gpt2", False)
     text = (path / "dynamo.pbtxt").read_text()
-    graph = _graph(path)
+    graph = read_graph(path)
     assert text.count("node {") == len(graph.op)
     assert 'op: "LayerNorm"' in text
     assert 'op: "NetOutput"' in text
@@ -129,8 +134,10 @@ def test_pbtxt_is_readable_node_text(decoder_exports: ExportDir) -> None:
     )
 
 
-def test_weights_are_embedded_consts_named_after_parameters(decoder_exports: ExportDir) -> None:
-    graph = _graph(decoder_exports("llama", False))
+def test_weights_are_embedded_consts_named_after_parameters(
+    decoder_exports: ExportDir, read_graph: Callable[[Path], ge.GraphDef]
+) -> None:
+    graph = read_graph(decoder_exports("llama", False))
     weights = {
         op.attr["_weight_name"].s.decode(): op for op in graph.op if "_weight_name" in op.attr
     }

@@ -32,21 +32,15 @@ class SelectStep(torch.nn.Module):
         return cache.mean(1)
 
 
-def _graph(path: Path) -> ge.GraphDef:
-    model = ge.ModelDef()
-    model.ParseFromString((path / "export.air").read_bytes())
-    return model.graph[0]
-
-
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_slice_update_of_a_cache_is_ref_data_and_assign(
-    tmp_path: Path, ge_check: Check, dynamic: bool
+    tmp_path: Path, ge_check: Check, dynamic: bool, read_graph: Callable[[Path], ge.GraphDef]
 ) -> None:
     torch.manual_seed(0)
     model = DecodeStep().eval()
     x = torch.randn(2, 1, 4)
     dynamo_export(x, torch.zeros(2, 8, 4), 3, model=model, export_path=tmp_path, dynamic=dynamic)
-    graph = _graph(tmp_path)
+    graph = read_graph(tmp_path)
     assert {"RefData", "Assign"} <= ge_check(graph)
     (ref,) = [op for op in graph.op if op.type == "RefData"]
     (assign,) = [op for op in graph.op if op.type == "Assign"]
@@ -68,10 +62,12 @@ def test_slice_update_of_a_cache_is_ref_data_and_assign(
     np.testing.assert_allclose(cache, expected_cache.numpy(), rtol=1e-6)  # updated in place
 
 
-def test_index_assignment_of_a_cache_row(tmp_path: Path, ge_check: Check) -> None:
+def test_index_assignment_of_a_cache_row(
+    tmp_path: Path, ge_check: Check, read_graph: Callable[[Path], ge.GraphDef]
+) -> None:
     x = torch.randn(2, 4)
     dynamo_export(x, torch.zeros(2, 5, 4), model=SelectStep(), export_path=tmp_path)
-    ge_check(_graph(tmp_path))
+    ge_check(read_graph(tmp_path))
     cache = np.ones((2, 5, 4), np.float32)
     expected_cache = torch.ones(2, 5, 4)
     expected = SelectStep()(x, expected_cache)

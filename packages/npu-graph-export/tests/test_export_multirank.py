@@ -107,12 +107,6 @@ def seed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _graph(path: Path) -> ge.GraphDef:
-    model = ge.ModelDef()
-    model.ParseFromString(path.read_bytes())
-    return model.graph[0]
-
-
 def test_tree_matches_the_seed(seed_run: Path) -> None:
     files = sorted(str(p.relative_to(seed_run / "mp")) for p in (seed_run / "mp").rglob("*"))
     assert files == [
@@ -140,9 +134,11 @@ def test_tree_matches_the_seed(seed_run: Path) -> None:
     np.testing.assert_allclose(p1, [1.1] * 4)
 
 
-def test_all_reduce_becomes_hcom_all_reduce_with_its_group(seed_run: Path) -> None:
+def test_all_reduce_becomes_hcom_all_reduce_with_its_group(
+    seed_run: Path, read_graph: Callable[[Path], ge.GraphDef]
+) -> None:
     for rank in (0, 1):
-        graph = _graph(seed_run / "mp" / f"mp_rank{rank}.air")
+        graph = read_graph(seed_run / "mp" / f"mp_rank{rank}.air")
         (hcom,) = [op for op in graph.op if op.type == "HcomAllReduce"]
         assert hcom.attr["reduction"].s == b"sum"
         assert b"rank_list=0,1" in hcom.attr["group"].s
@@ -176,17 +172,21 @@ def test_rank_zero_writes_atc_templates(seed_run: Path) -> None:
 
 
 def test_collective_graphs_conform_to_ge_op_definitions(
-    seed_run: Path, ge_check: Callable[[ge.GraphDef], set[str]]
+    seed_run: Path,
+    ge_check: Callable[[ge.GraphDef], set[str]],
+    read_graph: Callable[[Path], ge.GraphDef],
 ) -> None:
-    types = ge_check(_graph(seed_run / "mp" / "mp_rank1.air"))
-    types |= ge_check(_graph(seed_run / "mp2" / "gs0.air"))
+    types = ge_check(read_graph(seed_run / "mp" / "mp_rank1.air"))
+    types |= ge_check(read_graph(seed_run / "mp2" / "gs0.air"))
     assert {"HcomAllReduce", "HcomAllGather", "HcomReduceScatter"} <= types
 
 
 def test_reduce_scatter_into_an_input_is_ref_data_with_assign(
-    seed_run: Path, ge_check: Callable[[ge.GraphDef], set[str]]
+    seed_run: Path,
+    ge_check: Callable[[ge.GraphDef], set[str]],
+    read_graph: Callable[[Path], ge.GraphDef],
 ) -> None:
-    graph = _graph(seed_run / "mp3" / "rs1.air")
+    graph = read_graph(seed_run / "mp3" / "rs1.air")
     assert {"RefData", "Assign", "HcomReduceScatter"} <= ge_check(graph)
     (ref,) = [op for op in graph.op if op.type == "RefData"]
     assert ref.name == "out"
@@ -203,8 +203,10 @@ def test_reduce_scatter_into_an_input_is_ref_data_with_assign(
     np.testing.assert_allclose(got, 4 * x[2:] + 1)
 
 
-def test_gather_and_scatter_collectives(seed_run: Path) -> None:
-    graph = _graph(seed_run / "mp2" / "gs0.air")
+def test_gather_and_scatter_collectives(
+    seed_run: Path, read_graph: Callable[[Path], ge.GraphDef]
+) -> None:
+    graph = read_graph(seed_run / "mp2" / "gs0.air")
     types = [op.type for op in graph.op]
     assert "HcomAllGather" in types
     assert "HcomReduceScatter" in types

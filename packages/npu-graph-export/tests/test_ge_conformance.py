@@ -38,12 +38,6 @@ EXPECTED_NUMBERINGS = {
 }
 
 
-def _graph(air: Path) -> ge.GraphDef:
-    model = ge.ModelDef()
-    model.ParseFromString(air.read_bytes())
-    return model.graph[0]
-
-
 def test_both_dtype_numberings_match_ge() -> None:
     from npu_graph_export._converters import ge_dtype
 
@@ -80,8 +74,10 @@ def casts_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_dtype_attributes_use_ge_c_numbering(casts_export: Path, ge_check: Check) -> None:
-    graph = _graph(casts_export / "export.air")
+def test_dtype_attributes_use_ge_c_numbering(
+    casts_export: Path, ge_check: Check, read_graph: Callable[[Path], ge.GraphDef]
+) -> None:
+    graph = read_graph(casts_export / "export.air")
     ge_check(graph)
     casts = {op.output_desc[0].dtype: op.attr["dst_type"].i for op in graph.op if op.type == "Cast"}
     assert casts[ge.DT_BOOL] == 12  # not 11 (DOUBLE)
@@ -121,8 +117,9 @@ def test_runtime_reads_dtype_attributes_as_ge_does(casts_export: Path, tmp_path:
 
 def test_unfed_optional_inputs_written_as_torchair_does(
     decoder_exports: Callable[[str, bool], Path],
+    read_graph: Callable[[Path], ge.GraphDef],
 ) -> None:
-    graph = _graph(decoder_exports("gpt2", False) / "export.air")
+    graph = read_graph(decoder_exports("gpt2", False) / "export.air")
     matmuls = [op for op in graph.op if op.type in {"MatMulV2", "BatchMatMulV2"}]
     no_bias = [op for op in matmuls if op.input[2] == ""]
     assert no_bias  # lm_head and attention products
@@ -135,8 +132,9 @@ def test_unfed_optional_inputs_written_as_torchair_does(
 
 def test_every_op_carries_name_maps_and_net_output_inputs_are_numbered(
     decoder_exports: Callable[[str, bool], Path],
+    read_graph: Callable[[Path], ge.GraphDef],
 ) -> None:
-    graph = _graph(decoder_exports("llama", True) / "export.air")
+    graph = read_graph(decoder_exports("llama", True) / "export.air")
     for op in graph.op:
         assert list(op.attr["_input_name_key"].list.s) == [d.name.encode() for d in op.input_desc]
         assert list(op.attr["_output_name_value"].list.i) == list(range(len(op.output_desc)))
@@ -146,8 +144,9 @@ def test_every_op_carries_name_maps_and_net_output_inputs_are_numbered(
 
 def test_dynamic_sizes_read_with_int_shape_dtype_and_forced_unknown_gather(
     decoder_exports: Callable[[str, bool], Path],
+    read_graph: Callable[[Path], ge.GraphDef],
 ) -> None:
-    graph = _graph(decoder_exports("llama", True) / "export.air")
+    graph = read_graph(decoder_exports("llama", True) / "export.air")
     shapes = [op for op in graph.op if op.type == "Shape"]
     assert shapes
     assert all(op.attr["dtype"].WhichOneof("value") == "i" for op in shapes)
@@ -161,12 +160,18 @@ def test_dynamic_sizes_read_with_int_shape_dtype_and_forced_unknown_gather(
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_decoder_graphs_conform_to_ge_op_definitions(
-    decoder_exports: Callable[[str, bool], Path], ge_check: Check, name: str, dynamic: bool
+    decoder_exports: Callable[[str, bool], Path],
+    ge_check: Check,
+    name: str,
+    dynamic: bool,
+    read_graph: Callable[[Path], ge.GraphDef],
 ) -> None:
-    ge_check(_graph(decoder_exports(name, dynamic) / "export.air"))
+    ge_check(read_graph(decoder_exports(name, dynamic) / "export.air"))
 
 
-def test_split_dim_is_int32(tmp_path: Path, ge_check: Check) -> None:
+def test_split_dim_is_int32(
+    tmp_path: Path, ge_check: Check, read_graph: Callable[[Path], ge.GraphDef]
+) -> None:
     class Split(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
             a, b = x.split([1, 3], dim=-1)
@@ -174,7 +179,7 @@ def test_split_dim_is_int32(tmp_path: Path, ge_check: Check) -> None:
 
     x = torch.randn(2, 4)
     dynamo_export(x, model=Split(), export_path=tmp_path)
-    graph = _graph(tmp_path / "export.air")
+    graph = read_graph(tmp_path / "export.air")
     ge_check(graph)
     (split,) = [op for op in graph.op if op.type == "SplitV"]
     assert split.input_desc[2].dtype == ge.DT_INT32
@@ -234,7 +239,11 @@ def test_runtime_loads_a_weight_over_two_to_the_28_elements(tmp_path: Path) -> N
     ],
 )
 def test_fp8_and_unsigned_weights_export_and_run(
-    tmp_path: Path, dtype: torch.dtype, proto: int, ge_check: Check
+    tmp_path: Path,
+    dtype: torch.dtype,
+    proto: int,
+    ge_check: Check,
+    read_graph: Callable[[Path], ge.GraphDef],
 ) -> None:
     class Scaled(torch.nn.Module):
         def __init__(self) -> None:
@@ -250,7 +259,7 @@ def test_fp8_and_unsigned_weights_export_and_run(
     model = Scaled()
     x = torch.randn(2, 3)
     dynamo_export(x, model=model, export_path=tmp_path, config=ExportConfig(embed_limit_bytes=0))
-    graph = _graph(tmp_path / "export.air")
+    graph = read_graph(tmp_path / "export.air")
     ge_check(graph)
     (weight,) = [op for op in graph.op if op.type == "FileConstant"]
     assert weight.output_desc[0].dtype == proto
@@ -259,7 +268,9 @@ def test_fp8_and_unsigned_weights_export_and_run(
     np.testing.assert_array_equal(got, model(x).numpy())
 
 
-def test_remaining_op_types_conform(tmp_path: Path, ge_check: Check) -> None:
+def test_remaining_op_types_conform(
+    tmp_path: Path, ge_check: Check, read_graph: Callable[[Path], ge.GraphDef]
+) -> None:
     # The decoder, op-zoo, transformers, KV-cache and collective tests check the other types;
     # these are the converters' op types none of those models produce.
     class Rest(torch.nn.Module):
@@ -269,7 +280,7 @@ def test_remaining_op_types_conform(tmp_path: Path, ge_check: Check) -> None:
 
     x = torch.randn(3, 4)
     dynamo_export(x, model=Rest(), export_path=tmp_path)
-    types = ge_check(_graph(tmp_path / "export.air"))
+    types = ge_check(read_graph(tmp_path / "export.air"))
     assert {"Less", "NotEqual", "Log"} <= types
     (got,) = runtime.load(tmp_path).run(x.numpy())
     np.testing.assert_allclose(got, Rest()(x).numpy(), rtol=1e-6)

@@ -6,9 +6,9 @@ import pytest
 import torch
 from npu_mempool import (
     CaptureOptions,
+    ConfigError,
     GraphRunner,
     InputKind,
-    OptionsError,
     graph_implementation,
     graph_pool_handle,
 )
@@ -174,7 +174,7 @@ def test_mode1_pool_on_another_device_is_refused() -> None:
         device = torch.device("cuda")
 
     runner = GraphRunner(double, options=CaptureOptions(pool=FakeHandle()))  # type: ignore[arg-type]
-    with pytest.raises(OptionsError, match="graph_pool_handle"):
+    with pytest.raises(ConfigError, match="graph_pool_handle"):
         runner(torch.ones(2))
 
 

@@ -12,10 +12,10 @@ from npu_mempool import (
     CaptureError,
     CaptureLimitWarning,
     CaptureOptions,
+    ConfigError,
     GraphRunner,
     InputKind,
     InputLayoutError,
-    OptionsError,
 )
 
 P, M, U = InputKind.PARAMETER, InputKind.MUTATED, InputKind.USER
@@ -307,8 +307,16 @@ def test_layout_errors_are_clear() -> None:
         runner(3, torch.ones(1))
 
 
-def test_options_are_validated() -> None:
+def test_options_error_is_a_deprecated_alias_that_still_catches() -> None:
+    from npu_mempool import OptionsError
+
+    assert OptionsError is ConfigError
     with pytest.raises(OptionsError, match="capture_limit"):
+        CaptureOptions(capture_limit=0)
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ConfigError, match="capture_limit"):
         CaptureOptions(capture_limit=0)
     with pytest.raises(ValueError, match="warmup_runs"):
         CaptureOptions(warmup_runs=-1)
@@ -319,7 +327,7 @@ def test_options_are_validated() -> None:
     [("clone_input", "yes"), ("clone_output", 1), ("strict", None), ("capture_limit", "8")],
 )
 def test_options_of_the_wrong_type_are_refused(field: str, value: object) -> None:
-    with pytest.raises(OptionsError, match=field):
+    with pytest.raises(ConfigError, match=field):
         CaptureOptions(**{field: value})  # type: ignore[arg-type]
 
 

@@ -19,10 +19,8 @@ from npu_streams import (
 )
 from torch._functorch.aot_autograd import aot_module_simplified
 
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> None:
-    torch._dynamo.reset()
+# Each test compiles from scratch (the root conftest resets Dynamo before and after it).
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _compile_prepared(

@@ -20,10 +20,8 @@ from npu_streams import (
 from npu_streams import _ops as ops_module
 from torch._functorch.aot_autograd import aot_module_simplified
 
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> None:
-    torch._dynamo.reset()
+# Each test compiles from scratch (the root conftest resets Dynamo before and after it).
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _prepared_graph(fn: Any, inputs: list[torch.Tensor]) -> tuple[torch.fx.GraphModule, Any]:

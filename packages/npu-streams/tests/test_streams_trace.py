@@ -12,6 +12,9 @@ import torch.fx
 from npu_streams import current_stream_tag
 from torch._functorch.aot_autograd import aot_module_simplified
 
+# Each test compiles from scratch (the root conftest resets Dynamo before and after it).
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
 Backend = Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]
 
 
@@ -58,11 +61,6 @@ def _capture_aot(graphs: list[torch.fx.GraphModule]) -> Backend:
         )
 
     return backend
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> None:
-    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("make_backend", [_capture_dynamo, _capture_aot], ids=["dynamo", "aot"])

@@ -216,10 +216,17 @@ def get_npu_backend(
             decompositions are not ``{op: function}``.
 
     Example:
+        >>> import torch
+        >>> from npu_compile import CompilerConfig, get_npu_backend
         >>> config = CompilerConfig()
         >>> config.mode = "reduce-overhead"
         >>> backend = get_npu_backend(compiler_config=config)
-        >>> # model = torch.compile(model, backend=backend)
+        >>> model = torch.nn.Linear(4, 4)
+        >>> compiled = torch.compile(model, backend=backend)
+        >>> x = torch.ones(2, 4)
+        >>> with torch.no_grad():
+        ...     torch.allclose(compiled(x), model(x))
+        True
     """
     return NpuBackend(compiler_config, custom_decompositions)
 

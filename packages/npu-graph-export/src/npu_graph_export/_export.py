@@ -167,7 +167,14 @@ def dynamo_export(
     Nothing is written unless every check and the conversion succeed.
 
     Example:
-        >>> dynamo_export(x, y, model=model, export_path="out")  # doctest: +SKIP
+        >>> import torch
+        >>> from npu_graph_export import dynamo_export
+        >>> model = torch.nn.Linear(4, 2)
+        >>> result = dynamo_export(torch.randn(3, 4), model=model, export_path="out")
+        >>> result.air, result.pbtxt
+        (PosixPath('out/export.air'), PosixPath('out/dynamo.pbtxt'))
+        >>> result.ops["MatMulV2"]
+        1
     """
     options = resolve_config(config)
     if not isinstance(model, torch.nn.Module):

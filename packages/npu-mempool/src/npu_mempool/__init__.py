@@ -18,6 +18,7 @@ from npu_mempool.errors import (
     CaptureChurnWarning,
     CaptureError,
     CaptureLimitWarning,
+    ConfigError,
     InputLayoutError,
     NpuMempoolError,
     OptionsError,
@@ -38,7 +39,8 @@ __all__ = [
     "NpuMempoolError",
     "CaptureError",
     "StaleOutputError",
-    "OptionsError",
+    "ConfigError",
+    "OptionsError",  # deprecated alias of ConfigError
     "InputLayoutError",
     "CaptureLimitWarning",
     "CaptureChurnWarning",

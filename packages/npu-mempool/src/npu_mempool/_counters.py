@@ -93,9 +93,17 @@ class Counters:
             TypeError: A name that is not a counter.
 
         Example:
-            >>> with runner.counters.expect(captures=1, replays=2):  # doctest: +SKIP
-            ...     runner(x)
-            ...     runner(x)
+            >>> import torch
+            >>> from npu_mempool import GraphRunner
+            >>> runner = GraphRunner(torch.sin)
+            >>> x = torch.zeros(4)
+            >>> with runner.counters.expect(captures=1, replays=2):
+            ...     for _ in range(3):  # one capture, then replays
+            ...         total = runner(x).sum()
+            >>> with runner.counters.expect(captures=1):
+            ...     total = runner(x).sum()
+            Traceback (most recent call last):
+            AssertionError: counters: captures moved by 0, expected 1
         """
         known = (*_FIELDS, "recapture_reasons")
         unknown = sorted(set(deltas) - set(known))

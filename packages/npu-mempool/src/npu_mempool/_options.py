@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from npu_mempool.errors import OptionsError
+from npu_mempool.errors import ConfigError
 
 if TYPE_CHECKING:
     from npu_mempool._pool import PoolHandle
@@ -98,18 +98,18 @@ class CaptureOptions:
             value = getattr(self, name)
             if not isinstance(value, bool):
                 # A string such as "yes" or "False" is truthy: it would silently turn a mode on.
-                raise OptionsError(f"CaptureOptions.{name} must be True or False, got {value!r}")
+                raise ConfigError(f"CaptureOptions.{name} must be True or False, got {value!r}")
         for name in ("capture_limit", "warmup_runs"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise OptionsError(f"CaptureOptions.{name} must be an int, got {value!r}")
+                raise ConfigError(f"CaptureOptions.{name} must be an int, got {value!r}")
         if self.capture_limit < 1:
-            raise OptionsError(
+            raise ConfigError(
                 f"CaptureOptions.capture_limit must be at least 1, got {self.capture_limit}; "
                 "to disable capture, call the function directly instead of through a GraphRunner"
             )
         if self.warmup_runs is not None and self.warmup_runs < 0:
-            raise OptionsError(
+            raise ConfigError(
                 f"CaptureOptions.warmup_runs must be 0 or more, got {self.warmup_runs}"
             )
 

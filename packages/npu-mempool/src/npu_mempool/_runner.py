@@ -29,8 +29,8 @@ from npu_mempool.errors import (
     CaptureChurnWarning,
     CaptureError,
     CaptureLimitWarning,
+    ConfigError,
     InputLayoutError,
-    OptionsError,
 )
 
 __all__ = ["GraphRunner"]
@@ -98,8 +98,21 @@ class GraphRunner:
     Inference only: captures and emulated replays run without autograd.
 
     Example:
-        >>> runner = GraphRunner(model_step, input_kinds=[InputKind.USER, InputKind.MUTATED])
-        >>> logits = runner(tokens, kv_cache)  # doctest: +SKIP
+        >>> import torch
+        >>> from npu_mempool import GraphRunner, InputKind
+        >>> def step(tokens, cache):
+        ...     cache.add_(1)  # updated in place: a MUTATED input
+        ...     return tokens * 2 + cache
+        >>> runner = GraphRunner(step, input_kinds=[InputKind.USER, InputKind.MUTATED])
+        >>> cache = torch.zeros(3)
+        >>> runner(torch.ones(3), cache).tolist()  # first call: captures the graph
+        [3.0, 3.0, 3.0]
+        >>> runner(torch.ones(3), cache).tolist()  # same key: replays it
+        [4.0, 4.0, 4.0]
+        >>> cache
+        tensor([2., 2., 2.])
+        >>> runner.counters.captures, runner.counters.replays
+        (1, 1)
     """
 
     def __init__(
@@ -134,7 +147,7 @@ class GraphRunner:
                 "InputKind.USER, InputKind.PARAMETER or InputKind.MUTATED per positional argument"
             )
         if not isinstance(options, CaptureOptions):
-            raise OptionsError(
+            raise ConfigError(
                 f"options must be an npu_mempool.CaptureOptions, got {type(options).__name__}"
             )
         self._options = options
@@ -507,14 +520,14 @@ class GraphRunner:
         layout = self._layout_checked()
         devices = {args[i].device for i in layout.tensors}
         if len(devices) > 1:
-            raise OptionsError(
+            raise ConfigError(
                 f"GraphRunner {self.name!r} got tensors on several devices "
                 f"{sorted(map(str, devices))}; "
                 "a graph runs on one device: move the inputs there first"
             )
         device = devices.pop() if devices else torch.device("cpu")
         if path.pool is not None and not _same_device(path.pool.device, device):
-            raise OptionsError(
+            raise ConfigError(
                 f"CaptureOptions.pool is on {path.pool.device} but the inputs are on {device}; "
                 f"create the pool with graph_pool_handle({str(device)!r})"
             )

@@ -3,6 +3,11 @@
 Every error derives from :class:`NpuMempoolError`; each concrete class also
 derives from the builtin that matches its cause, so ``except ValueError`` keeps working for callers
 who do not know this package. Each class has a stable ``code`` for programmatic matching.
+
+Deprecated names:
+    OptionsError: The old name of :class:`ConfigError` (the name the other npu packages use for
+        option errors), kept as an alias: the same class, so ``except OptionsError`` and
+        ``isinstance(error, OptionsError)`` keep working. Use ``ConfigError`` in new code.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ __all__ = [
     "NpuMempoolError",
     "CaptureError",
     "StaleOutputError",
-    "OptionsError",
+    "ConfigError",
+    "OptionsError",  # deprecated alias of ConfigError
     "InputLayoutError",
     "CaptureLimitWarning",
     "CaptureChurnWarning",
@@ -42,10 +48,15 @@ class StaleOutputError(NpuMempoolError, RuntimeError):
     code: ClassVar[str] = "stale-output"
 
 
-class OptionsError(NpuMempoolError, ValueError):
+class ConfigError(NpuMempoolError, ValueError):
     """Options or a pool handle that cannot work together."""
 
+    # Kept from the class's old name, OptionsError: codes are what callers match on.
     code: ClassVar[str] = "options"
+
+
+#: Deprecated alias of :class:`ConfigError` (the same class object), kept for existing callers.
+OptionsError = ConfigError
 
 
 class InputLayoutError(NpuMempoolError, TypeError):

@@ -244,8 +244,14 @@ class ArtifactCache:
         ConfigError: ``build_dir`` contains a NUL byte.
 
     Example:
-        >>> cache = ArtifactCache("/path/test")
-        >>> [entry.key for entry in cache.entries()]
+        >>> import torch
+        >>> from npu_static_kernel import ArtifactCache, StaticKernelCompiler
+        >>> gm = torch.fx.symbolic_trace(lambda x, w: (torch.ops.aten.mm.default(x, w),))
+        >>> args = [torch.ones(2, 3), torch.ones(3, 4)]
+        >>> _ = StaticKernelCompiler("build").compile_static(gm, args)
+        >>> cache = ArtifactCache("build")
+        >>> [(entry.builder, entry.inputs) for entry in cache.entries()]
+        [('inductor', ('float32[2, 3]', 'float32[3, 4]'))]
     """
 
     def __init__(self, build_dir: str | os.PathLike[str] | None = None) -> None:

@@ -301,9 +301,17 @@ class StaticKernelCompiler:
             and running the graph unchanged.
 
     Example:
-        >>> compiler = StaticKernelCompiler("/path/test")
-        >>> fn = compiler.compile_static(gm, args)  # gm: ATen-level torch.fx.GraphModule
-        >>> outputs = fn(*args)  # same outputs and input mutations as gm(*args)
+        >>> import torch
+        >>> from npu_static_kernel import StaticKernelCompiler
+        >>> def graph(x, w):  # an ATen-level graph, as AOT autograd makes them
+        ...     return (torch.ops.aten.mm.default(x, w),)
+        >>> gm = torch.fx.symbolic_trace(graph)
+        >>> args = [torch.ones(2, 3), torch.ones(3, 4)]
+        >>> compiler = StaticKernelCompiler("build")
+        >>> fn = compiler.compile_static(gm, args)
+        >>> fn(*args)  # same outputs and input mutations as gm(*args)
+        (tensor([[3., 3., 3., 3.],
+                [3., 3., 3., 3.]]),)
     """
 
     def __init__(

@@ -137,9 +137,13 @@ class OpStatisticsRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """A dispatch mode that records every operator call (op, dtypes, shapes, strides, scalars).
 
     Example:
+        >>> import torch
+        >>> from npu_static_kernel import OpStatisticsRecorder
+        >>> a, b = torch.ones(2, 3), torch.ones(3, 4)
         >>> with OpStatisticsRecorder() as recorder:
-        ...     fn(*args)
+        ...     c = torch.mm(a, b).relu()
         >>> [r.op_type for r in recorder.records]
+        ['MatMulV2', 'Relu']
     """
 
     def __init__(self) -> None:
@@ -338,6 +342,8 @@ def record_op_statistics(
         The written :class:`OpStatistics`.
 
     Example:
+        >>> import torch
+        >>> from npu_static_kernel import record_op_statistics
         >>> stats = record_op_statistics(torch.mm, torch.ones(1, 2048), torch.ones(2048, 8))
         >>> stats.files
         ('MatMulV2_float_ND_1_2048_0.json',)

@@ -38,8 +38,14 @@ class npu_stream_switch:
             ``enable_inner_parallel`` is not a bool.
 
     Example:
+        >>> import torch
+        >>> from npu_streams import npu_stream_switch
+        >>> a, b = torch.ones(2, 2), torch.ones(2, 2)
         >>> with npu_stream_switch("1"):
-        ...     y = torch.mm(a, b)  # runs on stream "1"
+        ...     y = torch.mm(a, b)  # runs on stream "1" (on CPU: in program order)
+        >>> y
+        tensor([[2., 2.],
+                [2., 2.]])
     """
 
     def __init__(

@@ -432,6 +432,7 @@ class CompilerConfig(_Node):
             runtime options, accepted with no effect here.
 
     Example:
+        >>> from npu_compile import CompilerConfig
         >>> config = CompilerConfig()
         >>> config.mode = "reduce-overhead"
         >>> config.debug.aclgraph.enable_output_clone = True

@@ -10,9 +10,15 @@ Model files are untrusted input: weight files are read only inside the model's d
 each allocation, :class:`~npu_graph_export.MemoryLimitError` otherwise).
 
 Example:
-    >>> from npu_graph_export import runtime
-    >>> model = runtime.load("export_file")  # doctest: +SKIP
-    >>> (logits,) = model.run(token_ids)  # doctest: +SKIP
+    >>> import numpy as np
+    >>> import torch
+    >>> from npu_graph_export import dynamo_export, runtime
+    >>> model = torch.nn.Linear(4, 2)
+    >>> x = torch.randn(3, 4)
+    >>> _ = dynamo_export(x, model=model, export_path="export_file")  # torch writes the graph
+    >>> (y,) = runtime.load("export_file").run(x.numpy())  # numpy runs it
+    >>> np.allclose(y, model(x).detach().numpy(), atol=1e-6)
+    True
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from npu_mempool._devices.emulated import EmulatedBackend, EmulatedGraph
 from npu_mempool._devices.native import DeviceBackend
 from npu_mempool._devices.npu import Npu
 from npu_mempool._pool import PoolHandle
-from npu_mempool.errors import OptionsError
+from npu_mempool.errors import ConfigError
 
 __all__ = [
     "Body",
@@ -70,7 +70,7 @@ def backend_for(device_type: str) -> GraphBackend:
         return DeviceBackend(Cuda(), accelerator_graph=has_accelerator_graph())
     if device_type == "npu":
         return DeviceBackend(Npu(), accelerator_graph=_npu_registers_accelerator_graph())
-    raise OptionsError(
+    raise ConfigError(
         f"no graph implementation for device type {device_type!r}; npu-mempool captures graphs on "
         "'cpu' (emulated), 'cuda' and 'npu'. Move the inputs to one of these devices."
     )
@@ -110,8 +110,14 @@ def graph_pool_handle(device: torch.device | str | None = None) -> PoolHandle:
         A handle to pass as ``CaptureOptions(pool=handle)``.
 
     Example:
+        >>> import torch
+        >>> from npu_mempool import CaptureOptions, GraphRunner, graph_pool_handle
         >>> pool = graph_pool_handle("cpu")
-        >>> options = CaptureOptions(pool=pool)  # doctest: +SKIP
+        >>> options = CaptureOptions(pool=pool)
+        >>> prefill = GraphRunner(torch.sin, options=options, name="prefill")
+        >>> decode = GraphRunner(torch.cos, options=options, name="decode")
+        >>> prefill(torch.zeros(2)), decode(torch.zeros(2))
+        (tensor([0., 0.]), tensor([1., 1.]))
     """
     resolved = default_device() if device is None else torch.device(device)
     return backend_for(resolved.type).new_pool(resolved)
