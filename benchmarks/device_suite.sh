@@ -72,7 +72,8 @@ run decode_step python3 benchmarks/decode_step.py --out "$out"
 run replay_overhead python3 benchmarks/replay_overhead.py
 run pool_reuse python3 benchmarks/pool_reuse.py
 run streams_overlap python3 benchmarks/streams_overlap.py
-run static_kernel_warm_start python3 benchmarks/static_kernel_warm_start.py
+run static_kernel_warm_start python3 benchmarks/static_kernel_warm_start.py --rounds 1 --out "$out"
+run static_kernel_warm_start_compile python3 benchmarks/static_kernel_warm_start.py --via compile --rounds 1 --out "$out"
 
 # The scripts' own JSON files land in benchmarks/results/: bring them along.
 if [ -d benchmarks/results ] && [ "$out" != "$root/benchmarks/results" ]; then

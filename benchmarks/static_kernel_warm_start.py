@@ -20,7 +20,9 @@ npu-compile's backend and static kernels on, at two batch sizes (Dynamo, AOT aut
 kernel build or load and the capture), which is what a served model pays at start-up.
 
 Each second process is compared with the first one (the compile step alone and the whole
-process, ``import torch`` included); the target is at most 0.2x. Every scenario runs ``--rounds``
+process, ``import torch`` included); the target is at most 0.2x. A **floor** process does the
+same tracing and imports Inductor (what loading any Inductor artifact needs) but compiles and
+loads nothing: what no kernel cache can remove. Every scenario runs ``--rounds``
 times, each round with new directories; the tables show medians.
 
     python benchmarks/static_kernel_warm_start.py [--via static|compile] [--rounds 3]
@@ -32,6 +34,7 @@ torch and npu-static-kernel (a C++ compiler on CPU); ``--via compile`` also npu-
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -178,12 +181,36 @@ def child_compile(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def child_floor(args: argparse.Namespace) -> dict[str, Any]:
+    """What any such process pays before a kernel cache can help: no static kernels at all.
+
+    The same tracing (``make_fx``, or Dynamo and AOT autograd through ``aot_eager``) and the
+    import of Inductor that loading any Inductor artifact needs; nothing is compiled or loaded.
+    """
+    device = args.device
+    start = time.perf_counter()
+    if args.via == "compile":
+        model = MLP(args.hidden, args.layers).to(device)
+        compiled = torch.compile(model, backend="aot_eager", dynamic=False)
+        with torch.no_grad():
+            for b in (args.batch, 2 * args.batch):
+                compiled(torch.randn(b, args.hidden, device=device))
+    else:
+        make_case(args, device)
+    importlib.import_module("torch._inductor.standalone_compile")  # what an artifact load needs
+
+    return {"compile_s": time.perf_counter() - start}
+
+
 def child(args: argparse.Namespace) -> None:
     """One process: build or load, check against eager, print one JSON line."""
     if args.device == "cpu":
         # The CPU is shared with the build tools and other jobs: one thread keeps steps comparable.
         torch.set_num_threads(args.threads)
-    report = child_compile(args) if args.via == "compile" else child_static(args)
+    if args.floor:
+        report = child_floor(args)
+    else:
+        report = child_compile(args) if args.via == "compile" else child_static(args)
     print(json.dumps(report))
 
 
@@ -194,9 +221,11 @@ def run_child(
     *,
     time_steps: bool = False,
     fallback: str | None = None,
+    floor: bool = False,
 ) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", "--build-dir", build_dir]
     command += ["--time-steps"] if time_steps else []
+    command += ["--floor"] if floor else []
     for name in ("via", "device", "batch", "hidden", "layers", "steps", "repeats", "threads"):
         command += [f"--{name}", str(getattr(args, name))]
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=inductor_cache)
@@ -242,7 +271,10 @@ def one_round(args: argparse.Namespace, tmp: str) -> dict[str, dict[str, Any]]:
     assert artifacts(build_dir) == built, "a second process built"
     assert artifacts(image) == built, "the copied cache was written to"
     assert artifacts(fallback) == 0, "the copied cache missed and built in the fallback"
-    return {"cold": cold, "warm": warm, "fresh": fresh, "copied": copied}
+    floor = run_child(
+        args, os.path.join(tmp, "unused"), os.path.join(tmp, "inductor-floor"), floor=True
+    )
+    return {"cold": cold, "warm": warm, "fresh": fresh, "copied": copied, "floor": floor}
 
 
 SCENARIOS = {
@@ -272,6 +304,7 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--build-dir", help=argparse.SUPPRESS)
     parser.add_argument("--time-steps", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -298,11 +331,20 @@ def main() -> None:
     rows += [("first process wall, import torch included (s)", median("cold", "process_wall_s"))]
     rows += [(f"{label}: wall (s)", median(k, "process_wall_s")) for k, label in SCENARIOS.items()]
     rows += [
+        ("floor: same process with no static kernels: wall (s)", median("floor", "process_wall_s")),
+        (
+            "2nd process (empty Inductor cache) above the floor (s)",
+            statistics.median(
+                float(r["fresh"]["process_wall_s"]) - float(r["floor"]["process_wall_s"])
+                for r in rounds
+            ),
+        ),
         ("step, eager (us)", steps["eager_step_us"]),
         ("step, static kernels (us)", steps["static_step_us"]),
     ]
     ratios = {f"{k}_compile": ratio(k, "compile_s") for k in SCENARIOS}
     ratios |= {f"{k}_process": ratio(k, "process_wall_s") for k in SCENARIOS}
+    ratios["floor_process"] = ratio("floor", "process_wall_s")
     step_speedup = steps["eager_step_us"] / steps["static_step_us"]
     device_name = (
         torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
