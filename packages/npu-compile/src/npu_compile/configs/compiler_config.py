@@ -221,7 +221,7 @@ class AoeConfig(_Node):
     )
 
 
-class ExportExperimentalConfig(_Node):
+class CompilerExportExperimentalConfig(_Node):
     """``export.experimental``: options read by ``dynamo_export``.
 
     Attributes:
@@ -240,13 +240,13 @@ class ExportExperimentalConfig(_Node):
     )
 
 
-class ExportConfig(_Node):
-    """``export``.
+class CompilerExportConfig(_Node):
+    """``export``: TorchAir's ``ExportConfig`` group, named apart from ``npu_graph_export``'s.
 
     Attributes:
         export_mode, export_path_dir, export_name, weight_name, inputs_name: set by TorchAir's
             ``dynamo_export`` for its own use; accepted, no effect here.
-        experimental: :class:`ExportExperimentalConfig`.
+        experimental: :class:`CompilerExportExperimentalConfig`.
     """
 
     export_mode = _Option(False, boolean, "export mode", effect=_EXPORT_INTERNAL)
@@ -254,7 +254,7 @@ class ExportConfig(_Node):
     export_name = _Option[object](None, any_value, "export name", effect=_EXPORT_INTERNAL)
     weight_name = _Option[object](None, any_value, "weight names", effect=_EXPORT_INTERNAL)
     inputs_name = _Option[object](None, any_value, "input names", effect=_EXPORT_INTERNAL)
-    experimental = _Group(ExportExperimentalConfig)
+    experimental = _Group(CompilerExportExperimentalConfig)
 
 
 class DumpConfig(_Node):
@@ -427,7 +427,7 @@ class CompilerConfig(_Node):
         aclgraph_config: :class:`AclGraphConfig`.
         debug: :class:`DebugConfig`.
         experimental_config: :class:`ExperimentalConfig`.
-        export: :class:`ExportConfig`.
+        export: :class:`CompilerExportConfig`.
         aoe_config, dump_config, fusion_config, inference_config, ge_config: GE and Ascend
             runtime options, accepted with no effect here.
 
@@ -447,7 +447,7 @@ class CompilerConfig(_Node):
     post_grad_custom_post_pass = _Option[object](None, callable_or_none, "pass after ours")
     debug = _Group(DebugConfig)
     aoe_config = _Group(AoeConfig)
-    export = _Group(ExportConfig)
+    export = _Group(CompilerExportConfig)
     dump_config = _Group(DumpConfig)
     fusion_config = _Group(FusionConfig)
     experimental_config = _Group(ExperimentalConfig)
