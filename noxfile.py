@@ -215,7 +215,7 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python=PYTHONS[0])
 def coverage(session: nox.Session) -> None:
-    """Unit and integration tests with line coverage (terminal summary, HTML in build/coverage/)."""
+    """Unit, integration and docstring-example tests with coverage (HTML in build/coverage/)."""
     session.install(*CONSTRAINTS, *TEST_TOOLS, "pytest-cov", *_editables(*PACKAGES))
     out = ROOT / "build" / "coverage"
     cov = [arg for name in PACKAGES for arg in ("--cov", IMPORT_NAMES[name])]
@@ -225,6 +225,7 @@ def coverage(session: nox.Session) -> None:
         "--cov-report=term-missing:skip-covered",
         f"--cov-report=html:{out}",
         f"--cov-report=xml:{out / 'coverage.xml'}",
+        "--doctest-modules",
         "packages",
         "integration_tests",
         *session.posargs,
