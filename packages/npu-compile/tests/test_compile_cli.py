@@ -191,3 +191,23 @@ def test_diagnose_with_a_bad_model_name_is_one_line(capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "cannot import" in err[0]
+
+
+@pytest.mark.parametrize(("device", "noted"), [("cpu", True), ("cuda:0", False), ("npu:1", False)])
+def test_demo_table_says_cpu_shows_no_speedup(device: str, noted: bool) -> None:
+    from npu_compile._cli.demo import DemoResult
+
+    result = DemoResult(
+        device=device,
+        tokens=4,
+        eager_ms=1.0,
+        compiled_ms=1.0,
+        graphs_captured=2,
+        replays=3,
+        pool_bytes=0,
+        eager_verdict="Host Bound",
+        compiled_verdict="Host Bound",
+        identical=True,
+        fallbacks=(),
+    )
+    assert ("expect no speedup" in result.table()) is noted

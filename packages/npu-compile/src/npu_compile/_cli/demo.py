@@ -74,6 +74,12 @@ class DemoResult:
         ]
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         lines = [f"npu-compile demo: {self.tokens} tokens on {self.device}"]
+        if self.device.split(":")[0] == "cpu":
+            # Said up front: a first run on a laptop must not read ~1x as "it does not work".
+            lines.append(
+                "(on CPU the graph is emulated: a replay re-runs the captured code, so expect no "
+                "speedup; on a GPU or NPU a replay saves the per-kernel launch cost)"
+            )
         for row in rows:
             lines.append(
                 f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}".rstrip()
