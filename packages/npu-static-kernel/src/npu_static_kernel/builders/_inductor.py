@@ -150,17 +150,21 @@ def _the_built_isa(cpu_vec_isa: Any, built: Mapping[str, object]) -> Any:
 
 @contextlib.contextmanager
 def _trust_the_bundled_isa(built: Mapping[str, object] | None = None) -> Iterator[None]:
-    """Load bundled C++ kernels without running a C++ compiler.
+    """Load bundled C++ kernels without compiling anything.
 
     Before it loads a C++ kernel, Inductor (1) picks the vector ISA by compiling a test program
     per candidate and loading each in a new Python process, and (2) precompiles the C++ headers.
-    Both run the C++ compiler: about a second per load, and on a machine without one (a serving
-    image) the load fails. For this load only, the ISA is the build's (``built``, from
-    :func:`_built_isa`, when the CPU advertises it; else the ISAs the CPU advertises are taken
-    as they are) and no header is precompiled: the header only serves a compile, and a bundled
-    kernel needs none (a missing one fails to compile and the artifact is rebuilt). Nothing is
-    kept: later compiles in this process probe as usual. A user setting (``cpp.vec_isa_ok``) or
-    an ISA list this process already probed is left alone.
+    Both run the C++ compiler: about a second per load, and where it cannot compile (a serving
+    image) the probe's answer, and so the kernel key, differs from the build's and the load
+    fails. (Inductor still asks the compiler for its version: its name is part of the key.)
+
+    For this load only, the ISA is the build's (``built``, from :func:`_built_isa`, when the CPU
+    advertises it; else the ISAs the CPU advertises are taken as they are) and no header is
+    precompiled: the header only serves a compile, and a bundled kernel needs none (a missing
+    one fails to compile and the artifact is rebuilt). Nothing is kept: later compiles in this
+    process probe as usual. A user setting (``cpp.vec_isa_ok``) or an ISA list this process
+    already probed is left alone. The replaced attributes are module globals of Inductor, so a
+    compile running in another thread during the load would see them too.
     """
     try:
         from torch._inductor import codecache, cpu_vec_isa
