@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -308,8 +310,12 @@ def test_loading_skips_the_vector_isa_probe_only_while_it_loads(
     def no_compiler(self: Any, code: str) -> bool:
         raise AssertionError("the ISA probe compiled a test program")
 
+    def precompile(header: str, command: str, **options: Any) -> str:
+        return f"precompiled {header}"
+
     monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build", no_compiler)
-    precompile, pick = codecache._precompile_header, cpu_vec_isa.pick_vec_isa
+    monkeypatch.setattr(codecache, "_precompile_header", precompile)
+    pick = cpu_vec_isa.pick_vec_isa
     advertised = [isa for isa in cpu_vec_isa.supported_vec_isa_list if _advertised(isa)]
     if not advertised:
         pytest.skip("this CPU advertises no vector ISA Inductor knows")
@@ -324,7 +330,11 @@ def test_loading_skips_the_vector_isa_probe_only_while_it_loads(
                     assert str(chosen) == str(isa)
                     assert chosen is not isa
                     assert getattr(chosen, "_is_avx512_bf16_supported", bf16) is bf16
-                    assert codecache._precompile_header is not precompile
+                    assert codecache._precompile_header("h.h", "g++") == os.devnull
+                    # Another thread compiling meanwhile gets Inductor's own answer.
+                    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                        other = pool.submit(codecache._precompile_header, "h.h", "g++")
+                        assert other.result() == "precompiled h.h"
                 assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 0  # not kept
                 assert cpu_vec_isa.VecISA.check_build is no_compiler
                 assert (codecache._precompile_header, cpu_vec_isa.pick_vec_isa) == (

@@ -163,8 +163,7 @@ def _trust_the_bundled_isa(built: Mapping[str, object] | None = None) -> Iterato
     precompiled: the header only serves a compile, and a bundled kernel needs none (a missing
     one fails to compile and the artifact is rebuilt). Nothing is kept: later compiles in this
     process probe as usual. A user setting (``cpp.vec_isa_ok``) or an ISA list this process
-    already probed is left alone. The replaced attributes are module globals of Inductor, so a
-    compile running in another thread during the load would see them too.
+    already probed is left alone; a compile in another thread meanwhile probes as usual.
     """
     try:
         from torch._inductor import codecache, cpu_vec_isa
@@ -185,15 +184,27 @@ def _trust_the_bundled_isa(built: Mapping[str, object] | None = None) -> Iterato
     ):
         yield
         return
-    # Attributes replaced for the load, each only where this torch has it.
+    # Functions replaced for the load, each only where this torch has it. They are module
+    # globals: a compile in another thread meanwhile still gets Inductor's own answers.
+    loader = threading.get_ident()
+
+    def in_this_load(original: Callable[..., Any], answer: Callable[[], Any]) -> Callable[..., Any]:
+        def replacement(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() == loader:
+                return answer()
+            return original(*args, **kwargs)
+
+        return replacement
+
     replaced: list[tuple[object, str, object]] = []
     chosen = _the_built_isa(cpu_vec_isa, built or {})
     if chosen is not None:
         for module in (cpu_vec_isa, codecache):
-            if callable(getattr(module, "pick_vec_isa", None)):
-                replaced.append((module, "pick_vec_isa", lambda: chosen))
-    if callable(getattr(codecache, "_precompile_header", None)):
-        replaced.append((codecache, "_precompile_header", lambda *args, **kwargs: os.devnull))
+            if callable(original := getattr(module, "pick_vec_isa", None)):
+                replaced.append((module, "pick_vec_isa", in_this_load(original, lambda: chosen)))
+    if callable(original := getattr(codecache, "_precompile_header", None)):
+        no_header = in_this_load(original, lambda: os.devnull)
+        replaced.append((codecache, "_precompile_header", no_header))
     # ISA classes cache their truth value per instance (``functools.cache`` on ``__bool__``).
     cached_truth = [
         clear
