@@ -359,6 +359,45 @@ def test_threads_sharing_a_runner_get_their_own_outputs() -> None:
     assert wrong == []
 
 
+def test_runners_sharing_a_pool_never_replay_at_once() -> None:
+    """Mode 1: graphs of one pool share memory, so two threads calling two runners of one pool
+    take turns (on a device, one graph's replay may reuse what the other's buffers hold)."""
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+    blocking = threading.local()
+
+    def slow(x: torch.Tensor) -> torch.Tensor:
+        if getattr(blocking, "on", False):
+            entered.set()
+            assert release.wait(10), "the test never released the first call"
+        return x + 1
+
+    options = CaptureOptions(pool=npu_mempool.graph_pool_handle("cpu"))
+    first = GraphRunner(slow, options=options, name="first")
+    reached: list[str] = []
+    second = GraphRunner(lambda x: (reached.append("second"), x - 1)[1], options=options)
+    first(torch.zeros(2))  # captured: the CPU emulation re-runs ``slow`` on every replay
+    second(torch.zeros(2))
+    reached.clear()
+
+    def hold_the_pool() -> None:
+        blocking.on = True
+        first(torch.zeros(2))
+
+    holder = threading.Thread(target=hold_the_pool)
+    holder.start()
+    assert entered.wait(10)
+    other = threading.Thread(target=second, args=(torch.zeros(2),))
+    other.start()
+    other.join(0.3)
+    assert reached == []  # waits for the pool while ``first`` replays
+    release.set()
+    holder.join(10)
+    other.join(10)
+    assert reached == ["second"]
+
+
 def test_process_wide_counters_sum_runners() -> None:
     with npu_mempool.counters.expect(captures=2, replays=1):
         a = GraphRunner(lambda x: x + 1)

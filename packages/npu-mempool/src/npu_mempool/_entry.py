@@ -159,7 +159,7 @@ def pool_in_use(pool: PoolHandle, but: Entry | None = None) -> bool:
         if entry is but:
             continue  # the caller checked it
         if entry is None or not entry.in_use():
-            del lent[ident]
+            lent.pop(ident, None)
         else:
             busy = True
     return busy

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+import threading
 import weakref
 from typing import Any
 
@@ -148,6 +149,10 @@ class PoolHandle:
         self._lent: dict[int, Any] = {}
         # A device capture into this pool failed: no further capture may use it.
         self._broken = False
+        # Held by every runner that captures into this pool while it picks a graph, replays it
+        # and hands its outputs out: graphs of one pool share memory, so two callers (two
+        # threads, two runners) must never replay them at the same time.
+        self._lock = threading.RLock()
         _LIVE_POOLS.add(self)
 
     @property

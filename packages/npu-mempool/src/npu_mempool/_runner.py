@@ -160,9 +160,12 @@ class GraphRunner:
         this = weakref.ref(self)
         self.counters = Counters(pool_bytes=lambda: _pool_bytes_of(this()))
         register(self.counters, self)  # in the process-wide totals, also after this runner dies
-        # One lock per runner: a call picks its graph, copies its inputs in, replays and hands
-        # its outputs out as one step, so concurrent callers never share static buffers.
-        self._lock = threading.RLock()
+        # A call picks its graph, copies its inputs in, replays and hands its outputs out as one
+        # step, so concurrent callers never share static buffers. Runners that share a pool
+        # (mode 1) share its lock: their graphs share memory too.
+        # (Anything else given as a pool is refused at the first call, with the reason.)
+        pool = options.pool
+        self._lock = pool._lock if isinstance(pool, PoolHandle) else threading.RLock()
         self._paths: list[_Path] = [_Path(options.pool, options.rewinds_pool)]
         self._specialized: dict[Hashable, Callable[..., Any]] = {}
         self._warm: dict[Hashable, int] = {}
