@@ -16,18 +16,9 @@ import torch
 from npu_static_kernel import ArtifactCache, CacheFallbackWarning
 
 
-class Model(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.linear = torch.nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.gelu(self.linear(x)) * 2
-
-
 def _run(config: npu_compile.CompilerConfig, device: torch.device, *sizes: int) -> None:
-    model = Model().to(device)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).to(device)
     backend = npu_compile.get_npu_backend(compiler_config=config)
     compiled = torch.compile(model, backend=backend, dynamic=False)
     with torch.no_grad():
