@@ -158,71 +158,45 @@ def _trust_the_bundled_isa(built: Mapping[str, object] | None = None) -> Iterato
     image) the probe's answer, and so the kernel key, differs from the build's and the load
     fails. (Inductor still asks the compiler for its version: its name is part of the key.)
 
-    For this load only, the ISA is the build's (``built``, from :func:`_built_isa`, when the CPU
-    advertises it; else the ISAs the CPU advertises are taken as they are) and no header is
-    precompiled: the header only serves a compile, and a bundled kernel needs none (a missing
-    one fails to compile and the artifact is rebuilt). Nothing is kept: later compiles in this
-    process probe as usual. A user setting (``cpp.vec_isa_ok``) or an ISA list this process
-    already probed is left alone; a compile in another thread meanwhile probes as usual.
+    So, in the loading thread only and for this load only, the ISA is the build's (``built``,
+    from :func:`_built_isa`) and no header is precompiled: the header only serves a compile, and
+    a bundled kernel needs none (a missing one fails to compile and the artifact is rebuilt).
+    Without a recorded ISA, or on a CPU that does not advertise it, Inductor probes as usual.
+    Nothing is kept, and a compile in another thread meanwhile gets Inductor's own answers.
     """
     try:
         from torch._inductor import codecache, cpu_vec_isa
-        from torch._inductor import config as inductor_config
     except ImportError:
         yield
         return
-    listing = getattr(cpu_vec_isa, "valid_vec_isa_list", None)
-    cache_info = getattr(listing, "cache_info", None)
-    cache_clear = getattr(listing, "cache_clear", None)
-    cpp = getattr(inductor_config, "cpp", None)
-    if (
-        cache_info is None
-        or cache_clear is None
-        or cpp is None
-        or getattr(cpp, "vec_isa_ok", None) is not None
-        or cache_info().currsize
-    ):
+    chosen = _the_built_isa(cpu_vec_isa, built or {})
+    if chosen is None:
         yield
         return
-    # Functions replaced for the load, each only where this torch has it. They are module
-    # globals: a compile in another thread meanwhile still gets Inductor's own answers.
     loader = threading.get_ident()
 
     def in_this_load(original: Callable[..., Any], answer: Callable[[], Any]) -> Callable[..., Any]:
         def replacement(*args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() == loader:
-                return answer()
-            return original(*args, **kwargs)
+            return answer() if threading.get_ident() == loader else original(*args, **kwargs)
 
         return replacement
 
-    replaced: list[tuple[object, str, object]] = []
-    chosen = _the_built_isa(cpu_vec_isa, built or {})
-    if chosen is not None:
-        for module in (cpu_vec_isa, codecache):
-            if callable(original := getattr(module, "pick_vec_isa", None)):
-                replaced.append((module, "pick_vec_isa", in_this_load(original, lambda: chosen)))
+    # Module globals of Inductor, each replaced only where this torch has it.
+    replaced: list[tuple[object, str, Callable[..., Any]]] = []
+    for module in (cpu_vec_isa, codecache):
+        if callable(original := getattr(module, "pick_vec_isa", None)):
+            replaced.append((module, "pick_vec_isa", in_this_load(original, lambda: chosen)))
     if callable(original := getattr(codecache, "_precompile_header", None)):
         no_header = in_this_load(original, lambda: os.devnull)
         replaced.append((codecache, "_precompile_header", no_header))
-    # ISA classes cache their truth value per instance (``functools.cache`` on ``__bool__``).
-    cached_truth = [
-        clear
-        for isa in getattr(cpu_vec_isa, "supported_vec_isa_list", ())
-        if callable(clear := getattr(type(isa).__bool__, "cache_clear", None))
-    ]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in replaced]
     try:
         for owner, name, value in replaced:
             setattr(owner, name, value)
-        with inductor_config.patch({"cpp.vec_isa_ok": True}):
-            yield
+        yield
     finally:
         for owner, name, value in saved:
             setattr(owner, name, value)
-        cache_clear()
-        for clear in cached_truth:
-            clear()
 
 
 class InductorBuilder(StaticKernelBuilder):
