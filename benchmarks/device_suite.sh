@@ -4,14 +4,21 @@
 # the packages run from their sources on PYTHONPATH over the machine's own torch, so torch,
 # pytest, hypothesis, numpy, protobuf and filelock must already be installed there.
 #
-#   bash benchmarks/device_suite.sh [--out DIR]   # logs and JSON in DIR (default benchmarks/results/device)
+#   bash benchmarks/device_suite.sh [--out DIR] [--only STEP[,STEP...]]
+#
+# Logs and JSON go to DIR (default benchmarks/results/device). --only runs the named steps alone
+# (see STEPS below), e.g. to split the suite in two parts:
+#   --only device_tests,decode_step,replay_overhead,pool_reuse,streams_overlap
+#   --only static_kernel_warm_start,static_kernel_warm_start_compile
 #
 # Copy the tables into benchmarks/RESULTS.md with the device, torch version and date.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$root/benchmarks/results/device"
-usage="usage: bash benchmarks/device_suite.sh [--out DIR]"
+STEPS="device_tests decode_step replay_overhead pool_reuse streams_overlap static_kernel_warm_start static_kernel_warm_start_compile"
+only=""
+usage="usage: bash benchmarks/device_suite.sh [--out DIR] [--only STEP[,STEP...]]; steps: ${STEPS// /, }"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --out)
@@ -26,12 +33,33 @@ while [ "$#" -gt 0 ]; do
             out="${1#--out=}"
             shift
             ;;
+        --only)
+            if [ "$#" -lt 2 ] || [ -z "$2" ]; then
+                echo "error: --only needs step names; $usage" >&2
+                exit 2
+            fi
+            only="$2"
+            shift 2
+            ;;
+        --only=*)
+            only="${1#--only=}"
+            shift
+            ;;
         -h | --help)
             echo "$usage"
             exit 0
             ;;
         *)
             echo "error: unknown argument '$1'; $usage" >&2
+            exit 2
+            ;;
+    esac
+done
+for step in ${only//,/ }; do
+    case " $STEPS " in
+        *" $step "*) ;;
+        *)
+            echo "error: unknown step '$step' in --only; steps: ${STEPS// /, }" >&2
             exit 2
             ;;
     esac
@@ -60,6 +88,9 @@ failed=0
 run() {
     local name="$1"
     shift
+    if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then
+        return 0
+    fi
     echo "== $name: $*"
     if ! "$@" 2>&1 | tee "$out/$name.log"; then
         echo "== $name FAILED" | tee -a "$out/$name.log"
@@ -69,14 +100,9 @@ run() {
 
 run device_tests python3 -m pytest -m device -q -p no:cacheprovider packages integration_tests
 run decode_step python3 benchmarks/decode_step.py --out "$out"
-run replay_overhead python3 benchmarks/replay_overhead.py
-run pool_reuse python3 benchmarks/pool_reuse.py
-run streams_overlap python3 benchmarks/streams_overlap.py
+run replay_overhead python3 benchmarks/replay_overhead.py --out "$out"
+run pool_reuse python3 benchmarks/pool_reuse.py --out "$out"
+run streams_overlap python3 benchmarks/streams_overlap.py --out "$out"
 run static_kernel_warm_start python3 benchmarks/static_kernel_warm_start.py --rounds 1 --out "$out"
 run static_kernel_warm_start_compile python3 benchmarks/static_kernel_warm_start.py --via compile --rounds 1 --out "$out"
-
-# The scripts' own JSON files land in benchmarks/results/: bring them along.
-if [ -d benchmarks/results ] && [ "$out" != "$root/benchmarks/results" ]; then
-    find benchmarks/results -maxdepth 1 -name '*.json' -exec cp {} "$out/" \;
-fi
 exit "$failed"

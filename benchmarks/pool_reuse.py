@@ -25,10 +25,9 @@ from pathlib import Path
 
 import npu_mempool
 import torch
-from _common import pick_device, write_json
+from _common import RESULTS_DIR, pick_device, write_json
 from npu_mempool import CaptureOptions, GraphRunner, InputKind
 
-RESULTS = Path(__file__).resolve().parent / "results" / "pool_reuse.json"
 KINDS = [InputKind.USER, InputKind.PARAMETER]
 
 
@@ -72,6 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--rows", default="4096,3072,2048,1024")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for the JSON file")
     args = parser.parse_args()
     rows = [int(n) for n in args.rows.split(",")]
     device = pick_device()
@@ -84,8 +84,8 @@ def main() -> None:
     print("-" * 61)
     for name, nbytes in result.items():
         print(f"{name:<40}{nbytes / 2**20:>10.1f}{nbytes / largest:>10.2f}x")
-    write_json(
-        RESULTS,
+    path = write_json(
+        args.out / "pool_reuse.json",
         {
             "device": str(device),
             "graph_implementation": npu_mempool.graph_implementation(device),
@@ -96,7 +96,7 @@ def main() -> None:
             "bytes": result,
         },
     )
-    print(f"wrote {RESULTS}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

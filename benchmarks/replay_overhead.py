@@ -26,9 +26,7 @@ from typing import Any
 
 import npu_mempool
 import torch
-from _common import pick_device, write_json
-
-RESULTS = Path(__file__).resolve().parent / "results" / "replay_overhead.json"
+from _common import RESULTS_DIR, pick_device, write_json
 
 
 def make_chain(kernels: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -124,6 +122,7 @@ def main() -> None:
     parser.add_argument("--kernels", type=int, default=200)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for the JSON file")
     args = parser.parse_args()
     device = pick_device()
     graph = npu_mempool.graph_implementation(device)
@@ -142,8 +141,8 @@ def main() -> None:
             f"{name:<16}{r['eager']:>9.2f}us{r['raw_replay']:>10.2f}us{r['runner']:>9.2f}us"
             f"{r['runner_overhead_us']:>9.2f}us{r['runner_over_raw']:>7.2f}x"
         )
-    write_json(
-        RESULTS,
+    path = write_json(
+        args.out / "replay_overhead.json",
         {
             "device": str(device),
             "graph_implementation": graph,
@@ -155,7 +154,7 @@ def main() -> None:
             "rows": rows,
         },
     )
-    print(f"wrote {RESULTS}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

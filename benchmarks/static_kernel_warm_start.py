@@ -49,9 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _common import pick_device, write_json
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from _common import RESULTS_DIR, pick_device, write_json
 
 
 def block(
@@ -304,7 +302,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for the steps")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="directory for the JSON file")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for the JSON file")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--build-dir", help=argparse.SUPPRESS)
     parser.add_argument("--time-steps", action="store_true", help=argparse.SUPPRESS)

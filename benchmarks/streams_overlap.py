@@ -23,9 +23,7 @@ from typing import Any
 
 import npu_streams
 import torch
-from _common import write_json
-
-RESULTS = Path(__file__).resolve().parent / "results" / "streams_overlap.json"
+from _common import RESULTS_DIR, write_json
 
 
 def _chain(x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
@@ -118,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     parser.add_argument("--replays", type=int, default=200, help="replays per timing")
     parser.add_argument("--repeats", type=int, default=7, help="timings per variant")
-    parser.add_argument("--output", type=Path, default=RESULTS, help="JSON results file")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for the JSON file")
     args = parser.parse_args(argv)
 
     accelerator = torch.accelerator.current_accelerator(check_available=True)
@@ -169,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"{row.variant:<20} {row.ms_median:>22.4f} {min(row.ms):>9.4f} {max(row.ms):>9.4f}")
     print(f"speedup (one stream / npu_stream_switch): {speedup:.2f}x; outputs equal: {same}")
-    write_json(
-        args.output,
+    path = write_json(
+        args.out / "streams_overlap.json",
         {
             "benchmark": "streams_overlap",
             "device": str(device),
@@ -182,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             "outputs_equal": same,
         },
     )
-    print(f"wrote {args.output}")
+    print(f"wrote {path}")
     return 0 if same else 1
 
 

@@ -184,6 +184,14 @@ def test_device_suite_takes_an_out_directory(tmp_path: Path) -> None:
     assert "unknown argument" in wrong.stderr
     missing = subprocess.run([bash, script, "--out"], capture_output=True, text=True, check=False)
     assert missing.returncode == 2
+    # --only picks steps by name, so the suite splits over runs; a wrong name stops before any.
+    assert "--only STEP" in shown.stdout
+    out = tmp_path / "out"
+    typo = [bash, script, "--out", str(out), "--only", "device_tests,decode_stpe"]
+    stopped = subprocess.run(typo, capture_output=True, text=True, check=False)
+    assert stopped.returncode == 2
+    assert "unknown step 'decode_stpe'" in stopped.stderr
+    assert not out.exists()
 
 
 def test_each_cli_runs_as_a_module() -> None:
