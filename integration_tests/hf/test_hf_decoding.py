@@ -7,10 +7,11 @@ hand-written ``StaticCache`` loops. Every result must equal eager token for toke
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
-from npu_compile import get_npu_backend
+from npu_compile import CompilerConfig, get_npu_backend
 
 from integration_tests.hf._models import (
     DECODERS,
@@ -120,3 +121,26 @@ def test_bert_encoder_dynamic_has_no_fallback(caplog: pytest.LogCaptureFixture) 
             torch.testing.assert_close(compiled(input_ids=ids).last_hidden_state, expected)
     assert backend.stats.fallbacks == []
     assert _fallbacks(caplog) == []
+
+
+def test_generate_with_static_kernels_keeps_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # transformers' static cache advances a position counter in place on every forward: the
+    # check run of a new artifact must see the counter as the call had it, not as the op
+    # recording left it, or it writes past the cache and the kernels are thrown away.
+    caplog.set_level(logging.WARNING, logger="npu_static_kernel")
+    model = decoder("llama")
+    ids = prompt(1)
+    expected = generate(model, ids, 4)
+    config = CompilerConfig()
+    static = config.experimental_config.aclgraph
+    static._aclnn_static_shape_kernel = True
+    static._aclnn_static_shape_kernel_build_dir = str(tmp_path)
+    backend = get_npu_backend(compiler_config=config)
+    model.forward = torch.compile(model.forward, backend=backend, dynamic=False)
+    assert torch.equal(generate(model, ids, 4), expected)
+    assert backend.stats.fallbacks == []
+    warnings = [r.getMessage() for r in caplog.records if r.name == "npu_static_kernel"]
+    assert warnings == []
+    assert len(list((tmp_path / "static_kernel_cache" / "entries").iterdir())) == 2

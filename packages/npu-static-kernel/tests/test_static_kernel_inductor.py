@@ -350,3 +350,32 @@ def _advertised(isa: Any) -> bool:
     from torch._inductor import cpu_vec_isa
 
     return all(flag in cpu_vec_isa.x86_isa_checker() for flag in str(isa).split())
+
+
+def counter_graph(
+    cache: torch.Tensor, position: torch.Tensor, x: torch.Tensor
+) -> tuple[torch.Tensor]:
+    # A decode step as AOT autograd leaves it: write the new row at `position` (a KV cache),
+    # then advance the position in place, as transformers' static caches do with their counters.
+    written = torch.ops.aten.index_copy.default(
+        cache, 0, torch.ops.aten.view.default(position, [1]), x
+    )
+    torch.ops.aten.copy_.default(cache, written)
+    torch.ops.aten.copy_.default(position, torch.ops.aten.add.Tensor(position, 1))
+    return (torch.ops.aten.sum.dim_IntList(written, [0]),)
+
+
+def test_a_graph_advancing_its_position_input_loads(tmp_path: Path) -> None:
+    # The last free row: a position advanced once too often (the recording's run, then the
+    # first run on the same copies) writes past the end and the artifact was thrown away.
+    gm = torch.fx.symbolic_trace(counter_graph)
+    args = [torch.zeros(3, 4), torch.tensor(2), torch.randn(1, 4)]
+    compiler = StaticKernelCompiler(tmp_path, strict=True)
+    fn = compiler.compile_static(gm, args)
+    assert fn != gm.forward
+    assert compiler.counters.loads == 1
+    assert args[1].item() == 2 and torch.count_nonzero(args[0]) == 0  # the caller's untouched
+    compiled_args, eager_args = clone(args), clone(args)
+    torch.testing.assert_close(fn(*compiled_args), gm(*eager_args))
+    torch.testing.assert_close(compiled_args[0], eager_args[0])
+    assert compiled_args[1].item() == eager_args[1].item() == 3

@@ -411,7 +411,9 @@ class StaticKernelCompiler:
                 return self._fallback(gm, failure)
             try:
                 fn = self._load(request, builder, role)
-                self._first_run(fn, gm, protected, request)
+                # New copies: recording already ran the graph, and a graph that advances a
+                # counter input (a cache position) must not see it advanced once more here.
+                self._first_run(fn, gm, _protected_args(gm, args), request)
             except NpuStaticKernelError as exc:
                 return self._fallback(gm, exc)
             self.counters.loads += 1
