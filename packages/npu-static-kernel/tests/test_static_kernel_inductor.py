@@ -374,8 +374,33 @@ def test_a_graph_advancing_its_position_input_loads(tmp_path: Path) -> None:
     fn = compiler.compile_static(gm, args)
     assert fn != gm.forward
     assert compiler.counters.loads == 1
-    assert args[1].item() == 2 and torch.count_nonzero(args[0]) == 0  # the caller's untouched
+    assert args[1].item() == 2  # the caller's arguments are untouched
+    assert torch.count_nonzero(args[0]) == 0
     compiled_args, eager_args = clone(args), clone(args)
     torch.testing.assert_close(fn(*compiled_args), gm(*eager_args))
     torch.testing.assert_close(compiled_args[0], eager_args[0])
     assert compiled_args[1].item() == eager_args[1].item() == 3
+
+
+def test_inputs_made_under_inference_mode_build_and_load_either_way(tmp_path: Path) -> None:
+    # The build runs on a fresh thread: without the caller's inference mode there, tracing the
+    # copy_ into an inference tensor fails and the graph silently runs without static kernels.
+    gm = torch.fx.symbolic_trace(graph_fn)
+    with torch.inference_mode():
+        args = make_args(4)
+        compiler = StaticKernelCompiler(tmp_path, strict=True)
+        fn = compiler.compile_static(gm, args)
+        assert fn != gm.forward
+        compiled_args, eager_args = clone(args), clone(args)
+        torch.testing.assert_close(fn(*compiled_args), gm(*eager_args))
+        torch.testing.assert_close(compiled_args[0], eager_args[0])
+    # The artifact serves a caller outside inference mode too (another process, say).
+    again = StaticKernelCompiler(tmp_path, strict=True)
+    plain = make_args(4)
+    with torch.no_grad():
+        fn = again.compile_static(gm, plain)
+        assert fn != gm.forward
+        assert again.counters.builds == 0
+        compiled_args, eager_args = clone(plain), clone(plain)
+        torch.testing.assert_close(fn(*compiled_args), gm(*eager_args))
+        torch.testing.assert_close(compiled_args[0], eager_args[0])

@@ -247,16 +247,18 @@ def _in_fresh_thread(device_type: str, fn: Callable[..., None], *args: Any) -> N
     ``compile_static`` is called from inside a running compiled graph (AOT autograd's runtime
     wrapper keeps the Python dispatch key in the thread-local include set); a compiler started
     there sees the caller's dispatch state and fails. A new thread starts with clean
-    thread-local dispatch state; the grad mode and the current device are carried over.
+    thread-local dispatch state; the grad mode, inference mode and the current device are
+    carried over (inputs made under ``torch.inference_mode`` can only be traced inside it).
     """
     errors: list[BaseException] = []
     grad = torch.is_grad_enabled()
+    inference = torch.is_inference_mode_enabled()
     index = _device.current_device_index(device_type)
 
     def target() -> None:
         try:
             _device.set_device_index(device_type, index)
-            with torch.set_grad_enabled(grad):
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad):
                 fn(*args)
         except BaseException as exc:  # re-raised on the calling thread
             errors.append(exc)
