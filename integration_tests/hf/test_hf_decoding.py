@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -123,6 +124,18 @@ def test_bert_encoder_dynamic_has_no_fallback(caplog: pytest.LogCaptureFixture) 
     assert _fallbacks(caplog) == []
 
 
+def _static_kernel_backend(build_dir: Path) -> Any:
+    config = CompilerConfig()
+    static = config.experimental_config.aclgraph
+    static._aclnn_static_shape_kernel = True
+    static._aclnn_static_shape_kernel_build_dir = str(build_dir)
+    return get_npu_backend(compiler_config=config)
+
+
+def _static_kernel_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "npu_static_kernel"]
+
+
 def test_generate_with_static_kernels_keeps_them(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -133,14 +146,27 @@ def test_generate_with_static_kernels_keeps_them(
     model = decoder("llama")
     ids = prompt(1)
     expected = generate(model, ids, 4)
-    config = CompilerConfig()
-    static = config.experimental_config.aclgraph
-    static._aclnn_static_shape_kernel = True
-    static._aclnn_static_shape_kernel_build_dir = str(tmp_path)
-    backend = get_npu_backend(compiler_config=config)
+    backend = _static_kernel_backend(tmp_path)
     model.forward = torch.compile(model.forward, backend=backend, dynamic=False)
     assert torch.equal(generate(model, ids, 4), expected)
     assert backend.stats.fallbacks == []
-    warnings = [r.getMessage() for r in caplog.records if r.name == "npu_static_kernel"]
-    assert warnings == []
+    assert _static_kernel_warnings(caplog) == []
     assert len(list((tmp_path / "static_kernel_cache" / "entries").iterdir())) == 2
+
+
+def test_decode_under_inference_mode_with_static_kernels(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Serving code decodes under torch.inference_mode(): the kernels are built for its tensors.
+    caplog.set_level(logging.WARNING, logger="npu_static_kernel")
+    model = decoder("qwen2")
+    ids = prompt(6)
+    with torch.inference_mode():
+        expected = decode(model.forward, model, ids, 4)
+    backend = _static_kernel_backend(tmp_path)
+    compiled = torch.compile(model.forward, backend=backend)
+    with torch.inference_mode():
+        assert torch.equal(decode(compiled, model, ids, 4), expected)
+    assert backend.stats.fallbacks == []
+    assert _static_kernel_warnings(caplog) == []
+    assert sum(r.counters.replays for r in backend.stats.runners) > 0
