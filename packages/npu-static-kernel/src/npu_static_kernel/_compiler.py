@@ -241,6 +241,22 @@ def _protected_args(gm: torch.fx.GraphModule, args: Sequence[Any]) -> list[Any]:
     return protected
 
 
+_own_compile_lock = threading.RLock()
+
+
+def _compile_lock() -> Any:
+    """The lock Dynamo holds while it compiles (ours where that is gone), taken around a build.
+
+    Tracing (FX's patcher, AOT autograd) keeps process-wide state, so torch traces one graph at
+    a time: its compiles run under this lock. A build here starts at a graph's first call, not
+    inside Dynamo, and without the lock it traced at the same time as another thread's compile
+    (``CURRENT_PATCHER is None``) or saved what another thread's load had just registered.
+    """
+    from torch._dynamo import convert_frame
+
+    return getattr(convert_frame, "compile_lock", _own_compile_lock)
+
+
 def _in_fresh_thread(device_type: str, fn: Callable[..., None], *args: Any) -> None:
     """Run ``fn`` on a new thread and re-raise what it raised.
 
@@ -264,8 +280,11 @@ def _in_fresh_thread(device_type: str, fn: Callable[..., None], *args: Any) -> N
             errors.append(exc)
 
     thread = threading.Thread(target=target, name="npu-static-kernel-build", daemon=True)
-    thread.start()
-    thread.join()
+    # Taken here, by the waiting thread: held by the builder, it would block a caller that
+    # already holds it (it is re-entrant for its owner only).
+    with _compile_lock():
+        thread.start()
+        thread.join()
     if errors:
         raise errors[0]
 
@@ -483,7 +502,10 @@ class StaticKernelCompiler:
                 "rank 0 logged why"
             )
         try:
-            return builder.load(path, request)
+            # Under the compile lock too: Inductor's loader records what it loads in the same
+            # process-wide registry a build saves from ("more than one artifact").
+            with _compile_lock():
+                return builder.load(path, request)
         except CacheError as exc:
             if role.local_world_size > 1:
                 raise
@@ -496,7 +518,8 @@ class StaticKernelCompiler:
             path = self._locate(key)
             if path is None:
                 raise exc from None
-            return builder.load(path, request)
+            with _compile_lock():
+                return builder.load(path, request)
 
     def _first_run(
         self,
