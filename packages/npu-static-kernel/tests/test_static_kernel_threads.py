@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from npu_static_kernel import BuildRequest, StaticKernelBuilder, StaticKernelCompiler
 from torch._dynamo.convert_frame import compile_lock
@@ -59,3 +60,15 @@ def test_build_and_load_exclude_dynamo_compiles(tmp_path: Path) -> None:
     assert fn(torch.ones(2), 3)[0].tolist() == [3.0, 3.0]
     assert builder.locked == {"build": True, "load": True}
     assert not _taken_elsewhere()  # and released afterwards
+
+
+def test_a_torch_without_dynamos_lock_gets_a_lock_of_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+    from npu_static_kernel import _compiler
+    from torch._dynamo import convert_frame
+
+    assert _compiler._compile_lock() is compile_lock
+    monkeypatch.delattr(convert_frame, "compile_lock")
+    lock = _compiler._compile_lock()
+    assert lock is _compiler._own_compile_lock
+    with lock, lock:  # usable, and re-entrant: a load may rebuild while holding it
+        assert _taken_elsewhere() is False  # a lock of ours, not Dynamo's

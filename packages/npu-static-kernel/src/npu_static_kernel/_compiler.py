@@ -424,8 +424,8 @@ class StaticKernelCompiler:
             loaded = self._loaded.get(key)
             if loaded is not None:
                 return loaded
-            protected = _protected_args(gm, args)
-            statistics, failure = self._record(gm, protected, builder)
+            # Copies for the recording run alone, freed after it (a KV cache can be large).
+            statistics, failure = self._record(gm, _protected_args(gm, args), builder)
             request = BuildRequest(gm, args, statistics, key, device_type)
             failure = self._build_on_node(request, builder, role, failure)
             if failure is not None:
