@@ -100,11 +100,6 @@ def _read_isa(artifact_dir: Path) -> dict[str, object]:
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, (str, bool))}
 
 
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield
-
-
 def _built_isa() -> dict[str, object]:
     """The vector ISA Inductor picked for this build (kept with the artifact).
 
@@ -235,7 +230,7 @@ class InductorBuilder(StaticKernelBuilder):
             portable, constants = _portable_copy(request.gm)
             # Compile against an Inductor cache inside the artifact, so every file the compile
             # produces (generated code, compiled kernels) travels with it.
-            with cache_dir(str(bundle)) if cache_dir is not None else _nothing():
+            with cache_dir(str(bundle)) if cache_dir is not None else contextlib.nullcontext():
                 artifact = compile_fn(
                     portable,
                     [*request.args, *(_constant_values(request.gm, constants))],
