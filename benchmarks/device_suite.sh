@@ -21,29 +21,16 @@ only=""
 usage="usage: bash benchmarks/device_suite.sh [--out DIR] [--only STEP[,STEP...]]; steps: ${STEPS// /, }"
 while [ "$#" -gt 0 ]; do
     case "$1" in
-        --out)
+        --out=* | --only=*)
+            set -- "${1%%=*}" "${1#*=}" "${@:2}" # --opt=value as --opt value
+            ;;
+        --out | --only)
             if [ "$#" -lt 2 ] || [ -z "$2" ]; then
-                echo "error: --out needs a directory; $usage" >&2
+                echo "error: $1 needs a value; $usage" >&2
                 exit 2
             fi
-            out="$2"
+            if [ "$1" = --out ]; then out="$2"; else only="$2"; fi
             shift 2
-            ;;
-        --out=*)
-            out="${1#--out=}"
-            shift
-            ;;
-        --only)
-            if [ "$#" -lt 2 ] || [ -z "$2" ]; then
-                echo "error: --only needs step names; $usage" >&2
-                exit 2
-            fi
-            only="$2"
-            shift 2
-            ;;
-        --only=*)
-            only="${1#--only=}"
-            shift
             ;;
         -h | --help)
             echo "$usage"
