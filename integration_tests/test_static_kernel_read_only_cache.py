@@ -15,6 +15,8 @@ import pytest
 import torch
 from npu_static_kernel import ArtifactCache, CacheFallbackWarning
 
+from integration_tests._static_kernels import static_kernel_config
+
 
 def _run(config: npu_compile.CompilerConfig, device: torch.device, *sizes: int) -> None:
     torch.manual_seed(0)
@@ -37,10 +39,7 @@ def test_read_only_build_dir_hits_there_and_builds_misses_in_the_configured_fall
 ) -> None:
     torch._dynamo.reset()
     image = tmp_path / "image"
-    config = npu_compile.CompilerConfig()
-    config.experimental_config.aclgraph._aclnn_static_shape_kernel = True
-    config.experimental_config.aclgraph._aclnn_static_shape_kernel_build_dir = str(image)
-    config.debug.aclgraph.strict = True  # a failed build or load raises instead of falling back
+    config = static_kernel_config(image, strict=True)  # a failed build or load raises
     _run(config, device, 2)
     assert len(ArtifactCache(image).entries()) == 1
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from npu_compile import CompilerConfig, get_npu_backend
+from npu_compile import get_npu_backend
+
+from integration_tests._static_kernels import static_kernel_config
 
 
 def _model(seed: int, width: int) -> torch.nn.Module:
@@ -27,11 +29,7 @@ def test_models_first_called_at_once_from_threads_keep_their_static_kernels(
     # Each thread's first call compiles its model (Dynamo and AOT tracing) and builds, loads
     # and checks its static kernels (Inductor tracing, saving, loading), all at the same time.
     caplog.set_level(logging.WARNING, logger="npu_static_kernel")
-    config = CompilerConfig()
-    static = config.experimental_config.aclgraph
-    static._aclnn_static_shape_kernel = True
-    static._aclnn_static_shape_kernel_build_dir = str(tmp_path)
-    config.debug.aclgraph.strict = True  # a failed build is an error, not a quiet fallback
+    config = static_kernel_config(tmp_path, strict=True)  # a failed build is an error
     count = 3
     models = [_model(seed, 32 + 16 * seed) for seed in range(count)]
     backends = [get_npu_backend(compiler_config=config) for _ in range(count)]

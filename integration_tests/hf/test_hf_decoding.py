@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 import torch
-from npu_compile import CompilerConfig, get_npu_backend
+from npu_compile import get_npu_backend
 
+from integration_tests._static_kernels import static_kernel_config
 from integration_tests.hf._models import (
     DECODERS,
     Request,
@@ -125,11 +126,7 @@ def test_bert_encoder_dynamic_has_no_fallback(caplog: pytest.LogCaptureFixture) 
 
 
 def _static_kernel_backend(build_dir: Path) -> Any:
-    config = CompilerConfig()
-    static = config.experimental_config.aclgraph
-    static._aclnn_static_shape_kernel = True
-    static._aclnn_static_shape_kernel_build_dir = str(build_dir)
-    return get_npu_backend(compiler_config=config)
+    return get_npu_backend(compiler_config=static_kernel_config(build_dir))
 
 
 def _static_kernel_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
