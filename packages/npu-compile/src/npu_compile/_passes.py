@@ -9,6 +9,9 @@ disable_reinplace_inplaceable_ops_pass``) and of copies back into mutated inputs
 (``debug.graph_dump``). TorchAir also reinplaces after the user's post pass, right before
 capture.
 
+No built-in pass may specialise a symbolic size: one that would add a guard on a size is skipped
+for that graph (see :func:`_no_new_guards`).
+
 As in TorchAir, the reinplace passes are skipped for a graph that uses stream scopes or events:
 an in-place write on one stream to memory another stream still reads would race, and the graph
 does not say when the other stream is done with it.
@@ -16,8 +19,9 @@ does not say when the other stream is done with it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -183,7 +187,8 @@ def run_post_grad_passes(
         assert callable(pre)
         gm = _user_pass("post_grad_custom_pre_pass", pre, gm, example_inputs, config)
     if config.experimental_config.remove_noop_ops:
-        _guarded(gm, name, "remove_noop_ops", lambda: _remove_noop_ops(gm))
+        shape_env = _shape_env(example_inputs)
+        _guarded(gm, name, "remove_noop_ops", lambda: _remove_noop_ops(gm), shape_env)
     post = config.get("post_grad_custom_post_pass")
     if post is not None:
         assert callable(post)
@@ -191,13 +196,72 @@ def run_post_grad_passes(
     return gm
 
 
-def _guarded(gm: torch.fx.GraphModule, name: str, pass_name: str, run: Callable[[], None]) -> None:
+class _WouldSpecialize(Exception):
+    """A pass asked a question about a symbolic size whose answer holds only for some values."""
+
+
+def _shape_env(example_inputs: Sequence[Any]) -> Any:
+    from torch._guards import TracingContext, detect_fake_mode
+
+    context = TracingContext.try_get()
+    fake_mode = context.fake_mode if context is not None else None
+    if fake_mode is None:
+        fake_mode = detect_fake_mode(list(example_inputs))
+    return getattr(fake_mode, "shape_env", None)
+
+
+@contextlib.contextmanager
+def _no_new_guards(shape_env: Any) -> Iterator[None]:
+    """Within the block, a guard on a symbolic size raises instead of being recorded.
+
+    A pass decides on the sizes of the example inputs; a decision that holds for some values of a
+    symbolic size only (``numel(a) == numel(b)`` when both hints happen to be equal) would add a
+    guard that specialises the graph: Dynamo then recompiles for other sizes, and a caller that
+    drops guards (vLLM) runs a graph that is wrong for them. The pass is skipped instead.
+    """
+    if shape_env is None:
+        yield
+        return
+    error_on_new_guards = getattr(shape_env, "error_on_new_guards", None)
+    if error_on_new_guards is not None:
+        from torch.fx.experimental.symbolic_shapes import _ShapeEnvGuardError
+
+        try:
+            with error_on_new_guards():
+                yield
+        except _ShapeEnvGuardError as error:
+            raise _WouldSpecialize(str(error)) from None
+        return
+    # Older torch: a frozen ShapeEnv ignores new guards and counts them; any count is a refusal.
+    counter = shape_env.counter
+    before, was_frozen = counter["ignored_backward_guard"], shape_env.frozen
+    shape_env.frozen = True
+    try:
+        yield
+    finally:
+        shape_env.frozen = was_frozen
+    if counter["ignored_backward_guard"] != before:
+        raise _WouldSpecialize("the pass evaluated a symbolic size")
+
+
+def _guarded(
+    gm: torch.fx.GraphModule,
+    name: str,
+    pass_name: str,
+    run: Callable[[], None],
+    shape_env: Any = None,
+) -> None:
     # Built-in passes only save memory and copies: one that cannot handle a graph (fake
-    # propagation through a host read, an op it does not know) leaves the graph as it was.
+    # propagation through a host read, an op it does not know) or that would specialise a
+    # symbolic size leaves the graph as it was.
     backup = gm.graph.__deepcopy__()
     try:
-        run()
+        with _no_new_guards(shape_env):
+            run()
         gm.graph.lint()
+    except _WouldSpecialize as error:
+        logger.debug("%s: %s pass skipped, it would specialise a size (%s)", name, pass_name, error)
+        gm.graph = backup
     except Exception as error:
         reason = f"{type(error).__name__}: {error}"
         logger.debug("%s: %s pass skipped (%s)", name, pass_name, reason)
@@ -227,10 +291,13 @@ def finish(
     if (functional or mutated) and has_stream_ops(gm):
         logger.debug("%s uses stream scopes or events: reinplace passes skipped", name)
     else:
+        shape_env = _shape_env(example_inputs)
         if functional:
-            _guarded(gm, name, "reinplace", lambda: _reinplace_functional(gm, example_inputs))
+            reinplace = lambda: _reinplace_functional(gm, example_inputs)  # noqa: E731
+            _guarded(gm, name, "reinplace", reinplace, shape_env)
         if mutated:
-            _guarded(gm, name, "input reinplace", lambda: _reinplace_input_mutations(gm))
+            reinplace_inputs = lambda: _reinplace_input_mutations(gm)  # noqa: E731
+            _guarded(gm, name, "input reinplace", reinplace_inputs, shape_env)
     _dump_graph(gm, config, name)
 
 

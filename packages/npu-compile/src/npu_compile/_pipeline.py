@@ -36,9 +36,18 @@ from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NpuCompileError
 
 if TYPE_CHECKING:
+    from npu_compile._artifact import GraphArtifact
+    from npu_compile._tensorify import Tensorified
     from npu_compile.backend import BackendStats
 
-__all__ = ["compile_graph", "replaying_aten_graph_on_cpu"]
+__all__ = [
+    "compile_graph",
+    "replaying_aten_graph_on_cpu",
+    "bundling",
+    "rebuild",
+    "runner_function",
+    "eager_forward",
+]
 
 logger = logging.getLogger("npu_compile")
 
@@ -112,7 +121,6 @@ def compile_graph(
     stats: BackendStats,
     decompositions: Mapping[Any, Callable[..., Any]] | None = None,
 ) -> CompiledFn:
-    from npu_mempool import GraphRunner
     from npu_streams import prepare_for_capture
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._guards import TracingContext
@@ -135,6 +143,19 @@ def compile_graph(
     dynamo_gm = gm
     plan = _Plan()
 
+    # Under torch's AOT compile (vLLM's default) the compiled function must be saved and loaded
+    # in another process: the forward compiler then returns a GraphArtifact (see _artifact).
+    saving = bundling()
+
+    def artifact(fw_gm: torch.fx.GraphModule, function: CompiledFn, **fields: Any) -> CompiledFn:
+        if not saving:
+            return function
+        from npu_compile._artifact import GraphArtifact
+
+        return GraphArtifact(name=name, config=config, gm=fw_gm, device=str(device), **fields).bind(
+            function
+        )
+
     def fw_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
         fw_gm = gm  # the AOT forward graph (the outer `gm` is Dynamo's)
         context = TracingContext.try_get()
@@ -142,20 +163,23 @@ def compile_graph(
         kinds = input_kinds(meta, example_inputs)
         if meta is not None and records_autograd(meta, grad_enabled):
             plan.fallback = (FallbackReason.TRAINING, TRAINING_REASON)
-            return forward_of(fw_gm)
+            return artifact(fw_gm, forward_of(fw_gm), capture=False, fallback=plan.fallback)
         fw_gm = _passes.run_post_grad_passes(fw_gm, example_inputs, config, name)
         prepared = prepare_for_capture(fw_gm)
         host_sync = host_sync_reason(prepared)
         if host_sync is not None:
             plan.fallback = (FallbackReason.HOST_SYNC, host_sync)
-            return forward_of(prepared)
+            return artifact(prepared, forward_of(prepared), capture=False, fallback=plan.fallback)
         summary = config.debug.fx_summary
         eager = (
             config.debug.run_eagerly
             or config.debug.data_dump.enabled
             or (summary.enabled and summary.skip_compile)
         )
-        bypass = meta is not None and runner_is_whole_call(meta, fw_gm, n_dynamo_inputs)
+        # A saved graph runs behind AOT's wrapper, which it brings along; never bypass it then.
+        bypass = (
+            not saving and meta is not None and runner_is_whole_call(meta, fw_gm, n_dynamo_inputs)
+        )
         # Ints that decide no shape become device scalars: one graph for all their values. Before
         # the reinplacing in finish(), which would otherwise keep the int arithmetic apart.
         tensorified = None if eager else tensorify_int_inputs(prepared, example_inputs)
@@ -164,17 +188,10 @@ def compile_graph(
         if eager:
             stats.eager += 1
             dumper = _dump.data_dumper(prepared, config, name)
-            forward = dumper or forward_of(prepared)
-            if dumper is None:
-                specialize = _passes.filter_specializer(
-                    config, specializer(config, prepared), forward
-                )
-                if specialize is not None:
-                    # The whole pipeline but the capture, as documented: static kernels included.
-                    forward = specialized_per_shape(specialize, forward)
+            forward = dumper or eager_forward(prepared, config)
             plan.direct = forward
             plan.bypass = bypass
-            return forward
+            return artifact(prepared, forward, capture=False)
         forward = forward_of(prepared)
         specialize = _passes.filter_specializer(config, specializer(config, prepared), forward)
         replayed = forward
@@ -191,26 +208,15 @@ def compile_graph(
             # cheaper per step, with the same ops and the same in-place updates. With `bypass`
             # its inputs are AOT's inputs one to one, so the input classes still apply.
             replayed = forward_of(dynamo_gm)
-        runner = GraphRunner(
-            replayed,
-            input_kinds=kinds,
-            options=capture_options(config),
-            specialize=specialize,
-            name=name,
-            guarded=guarded_by_dynamo(kinds, example_inputs) if bypass else None,
-        )
-        stats.captured += 1
-        stats._add_runner(runner)
-        _report(name, kinds, tensorified, bypass, specialize is not None, prepared)
-        # The runner as a plain function: what Dynamo calls on every step, so the cheapest form.
         # Inside AOT's wrapper (no bypass) the runner receives AOT's arguments, which Dynamo
         # does not guard, so nothing is marked guarded there.
-        function = runner.as_function()
-        if tensorified is not None:
-            function = tensorified.wrap(function, device)
+        guarded = guarded_by_dynamo(kinds, example_inputs) if bypass else None
+        function = runner_function(
+            replayed, prepared, kinds, config, name, device, tensorified, stats, specialize, guarded
+        )
         plan.direct = function
         plan.bypass = bypass
-        return function
+        return artifact(prepared, function, kinds=tuple(kinds), tensorified=tensorified)
 
     from npu_mempool import NpuMempoolError
     from npu_streams import NpuStreamsError
@@ -234,13 +240,115 @@ def compile_graph(
         raise
     except Exception as error:  # AOT cannot trace this graph: it still runs eagerly
         message = f"AOT autograd could not trace it ({type(error).__name__}: {error})"
-        return _fallback(gm, name, FallbackReason.AOT_TRACE_FAILED, message, config, stats)
+        eager = _fallback(gm, name, FallbackReason.AOT_TRACE_FAILED, message, config, stats)
+        if saving:
+            # Dynamo's graph, saved as torch saves the `eager` backend's.
+            from torch._dynamo.aot_compile_types import GraphModuleSerializableCallable
+
+            return GraphModuleSerializableCallable(gm)
+        return eager
     if plan.fallback is not None:
         reason, message = plan.fallback
-        return _fallback(gm, name, reason, message, config, stats)
+        eager = _fallback(gm, name, reason, message, config, stats)
+        if not saving:
+            return eager
+    if saving:
+        from npu_compile._artifact import SerializedGraph
+
+        return SerializedGraph(compiled, name)
     if plan.bypass and plan.direct is not None:
         return plan.direct
     return compiled
+
+
+def bundling() -> bool:
+    """Whether AOT autograd is bundling its result to be saved (torch's AOT compile).
+
+    The test torch's own ``aot_eager`` backend makes before it returns a serializable result.
+    """
+    from torch._functorch import config as functorch_config
+
+    return bool(
+        getattr(functorch_config, "bundled_autograd_cache", False)
+        or getattr(functorch_config, "force_autograd_cache", False)
+    )
+
+
+def eager_forward(gm: torch.fx.GraphModule, config: CompilerConfig) -> CompiledFn:
+    """The graph run without capture; with static kernels on, per shape, as documented."""
+    forward = forward_of(gm)
+    specialize = _passes.filter_specializer(config, specializer(config, gm), forward)
+    if specialize is not None:
+        # The whole pipeline but the capture: static kernels included.
+        forward = specialized_per_shape(specialize, forward)
+    return forward
+
+
+def runner_function(
+    replayed: CompiledFn,
+    prepared: torch.fx.GraphModule,
+    kinds: Sequence[Any],
+    config: CompilerConfig,
+    name: str,
+    device: torch.device,
+    tensorified: Tensorified | None,
+    stats: BackendStats,
+    specialize: Callable[[object, Sequence[object]], CompiledFn] | None,
+    guarded: list[bool] | None = None,
+) -> CompiledFn:
+    """A graph runner for ``replayed``, registered in ``stats``, as the plain function to call."""
+    from npu_mempool import GraphRunner
+
+    runner = GraphRunner(
+        replayed,
+        input_kinds=kinds,
+        options=capture_options(config),
+        specialize=specialize,
+        name=name,
+        guarded=guarded,
+    )
+    stats.captured += 1
+    stats._add_runner(runner)
+    _report(name, kinds, tensorified, guarded is not None, specialize is not None, prepared)
+    # The runner as a plain function: what Dynamo calls on every step, so the cheapest form.
+    function = runner.as_function()
+    if tensorified is not None:
+        function = tensorified.wrap(function, device)
+    return function
+
+
+def rebuild(artifact: GraphArtifact, gm: torch.fx.GraphModule) -> CompiledFn:
+    """The callable of a graph loaded from a saved artifact: no tracing, no passes.
+
+    Its runner counts in :data:`npu_compile.backend.loaded_stats`.
+    """
+    from npu_compile.backend import loaded_stats
+
+    config = artifact.config if artifact.config is not None else CompilerConfig()
+    name = artifact.name
+    loaded_stats.fx_graphs += 1
+    if artifact.fallback is not None:
+        reason, message = artifact.fallback
+        logger.warning("FX graph %s runs eagerly (%s): %s", name, reason, message)
+        loaded_stats._add_fallback(name, reason, message)
+        return forward_of(gm)
+    if not artifact.capture:
+        loaded_stats.eager += 1
+        return eager_forward(gm, config)
+    forward = forward_of(gm)
+    specialize = _passes.filter_specializer(config, specializer(config, gm), forward)
+    device = torch.device(artifact.device)
+    return runner_function(
+        forward,
+        gm,
+        artifact.kinds,
+        config,
+        name,
+        device,
+        artifact.tensorified,
+        loaded_stats,
+        specialize,
+    )
 
 
 def _report(

@@ -27,7 +27,14 @@ from npu_compile.errors import BackendError
 if TYPE_CHECKING:
     from npu_mempool import GraphRunner
 
-__all__ = ["NpuBackend", "get_npu_backend", "npu_compile_backend", "BackendStats"]
+__all__ = [
+    "NpuBackend",
+    "get_npu_backend",
+    "npu_compile_backend",
+    "BackendStats",
+    "process_stats",
+    "loaded_stats",
+]
 
 logger = logging.getLogger("npu_compile")
 
@@ -136,6 +143,7 @@ class NpuBackend:
         self._warned: set[str] = set()
         _compat.warn_no_effect(self.config, self._warned)
         _logs.register()
+        _live_backends[id(self)] = self
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -232,6 +240,33 @@ def get_npu_backend(
 
 
 _default_backend: NpuBackend | None = None
+
+# Every backend object alive in this process, for process-wide reports (a serving engine's worker
+# reports what its compiled model did without knowing which backend object compiled it). Touched
+# when a backend is made, never on the per-call path. Keyed by identity: backends with equal
+# configs compare equal, and each must count.
+_live_backends: weakref.WeakValueDictionary[int, NpuBackend] = weakref.WeakValueDictionary()
+
+#: What graphs loaded from a compile cache did: no backend object compiled them in this process.
+loaded_stats = BackendStats()
+
+
+def process_stats() -> dict[str, int]:
+    """The counts of every backend in this process, and of graphs loaded from compile caches.
+
+    Returns:
+        ``fx_graphs``, ``captured``, ``eager`` and ``fallbacks`` summed over the live backend
+        objects, and ``loaded``: FX graphs rebuilt from a serialized artifact (torch's AOT
+        compile, vLLM's compile cache) instead of compiled here.
+    """
+    totals = {name: 0 for name in BackendStats().snapshot()}
+    for backend in list(_live_backends.values()):
+        for name, value in backend.stats.snapshot().items():
+            totals[name] += value
+    loaded = loaded_stats.snapshot()
+    totals["captured"] += loaded["captured"]
+    totals["loaded"] = loaded["fx_graphs"]
+    return totals
 
 
 def npu_compile_backend(
