@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import npu_compile
 import pytest
 import torch
-
-import npu_compile
 from npu_compile._pipeline import replaying_aten_graph_on_cpu
 
 

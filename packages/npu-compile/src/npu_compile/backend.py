@@ -255,16 +255,17 @@ def process_stats() -> dict[str, int]:
     """The counts of every backend in this process, and of graphs loaded from compile caches.
 
     Returns:
-        ``fx_graphs``, ``captured``, ``eager`` and ``fallbacks`` summed over the live backend
-        objects, and ``loaded``: FX graphs rebuilt from a serialized artifact (torch's AOT
-        compile, vLLM's compile cache) instead of compiled here.
+        ``fx_graphs`` (compiled here), ``captured``, ``eager`` and ``fallbacks`` summed over
+        the live backend objects and the loaded graphs, and ``loaded``: FX graphs rebuilt from
+        a saved artifact (torch's AOT compile, vLLM's compile cache) instead of compiled here.
     """
     totals = {name: 0 for name in BackendStats().snapshot()}
     for backend in list(_live_backends.values()):
         for name, value in backend.stats.snapshot().items():
             totals[name] += value
     loaded = loaded_stats.snapshot()
-    totals["captured"] += loaded["captured"]
+    for name in ("captured", "eager", "fallbacks"):
+        totals[name] += loaded[name]
     totals["loaded"] = loaded["fx_graphs"]
     return totals
 
