@@ -1,0 +1,204 @@
+"""npu_compile.vllm through vLLM's own extension points, in process (no engine started).
+
+vLLM's CPU platform has no static-graph mode, so its engine never calls a static-graph wrapper on
+CPU; here the wrapper is driven the way vLLM's model runner drives it (a forward context with a
+runtime mode and a batch descriptor, inputs in persistent buffers). The compiler interface is
+called as vLLM's ``CompilerManager`` calls it. FULL and PIECEWISE in a real engine need a GPU
+(``test_vllm_device.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+import npu_compile
+from npu_compile.errors import ConfigError
+from npu_compile.vllm import NpuCompilerInterface, NpuGraphWrapper
+from npu_compile.vllm._plugin import ENABLE_VARIABLE, platform_plugin
+from vllm.compilation.compiler_interface import CompilerInterface
+from vllm.config import CUDAGraphMode, VllmConfig
+from vllm.forward_context import BatchDescriptor, set_forward_context
+from vllm.utils.import_utils import resolve_obj_by_qualname
+
+
+@pytest.fixture(scope="module")
+def vllm_config() -> VllmConfig:
+    return VllmConfig()
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).relu() * positions.unsqueeze(1)
+
+
+@pytest.fixture
+def block() -> _Block:
+    torch.manual_seed(0)
+    return _Block().eval()
+
+
+@pytest.fixture
+def counted(block: _Block) -> Iterator[tuple[_Block, list[int]]]:
+    calls: list[int] = []
+    handle = block.register_forward_pre_hook(lambda module, args: calls.append(1))
+    yield block, calls
+    handle.remove()
+
+
+def _step(
+    wrapper: Any, config: VllmConfig, mode: CUDAGraphMode, tokens: int, *args: Any
+) -> torch.Tensor:
+    descriptor = BatchDescriptor(num_tokens=tokens)
+    with (
+        torch.no_grad(),
+        set_forward_context(None, config, cudagraph_runtime_mode=mode, batch_descriptor=descriptor),
+    ):
+        out: torch.Tensor = wrapper(*args)
+        return out.clone()
+
+
+def test_wrapper_captures_once_per_descriptor_and_replays_new_values(
+    counted: tuple[_Block, list[int]], vllm_config: VllmConfig
+) -> None:
+    block, calls = counted
+    wrapper = NpuGraphWrapper(block, vllm_config, CUDAGraphMode.FULL)
+    # Persistent input buffers, as vLLM's model runner keeps them (padded to a capture size).
+    x, positions = torch.zeros(4, 8), torch.zeros(4)
+    before = npu_compile.vllm.worker_stats()
+    for step in range(4):
+        x.copy_(torch.randn(4, 8))
+        positions.copy_(torch.arange(4) + step)
+        with torch.no_grad():
+            expected = block(x, positions)
+        calls.clear()
+        got = _step(wrapper, vllm_config, CUDAGraphMode.FULL, 4, x, positions)
+        torch.testing.assert_close(got, expected)
+    after = npu_compile.vllm.worker_stats()
+    assert wrapper.num_graphs == 1
+    assert after["captures"] - before["captures"] == 1
+    assert after["replays"] - before["replays"] == 3
+
+    # Another descriptor (another padded size) captures its own graph.
+    small_x, small_positions = x[:2], positions[:2]
+    with torch.no_grad():
+        expected = block(small_x, small_positions)
+    torch.testing.assert_close(
+        _step(wrapper, vllm_config, CUDAGraphMode.FULL, 2, small_x, small_positions), expected
+    )
+    assert wrapper.num_graphs == 2
+    wrapper.clear_graphs()
+    assert wrapper.num_graphs == 0
+
+
+@pytest.mark.parametrize(
+    ("wrapper_mode", "context_mode"),
+    [
+        (CUDAGraphMode.FULL, CUDAGraphMode.NONE),
+        (CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL),
+        (CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE),
+    ],
+)
+def test_wrapper_passes_through_other_modes(
+    counted: tuple[_Block, list[int]],
+    vllm_config: VllmConfig,
+    wrapper_mode: CUDAGraphMode,
+    context_mode: CUDAGraphMode,
+) -> None:
+    block, calls = counted
+    wrapper = NpuGraphWrapper(block, vllm_config, wrapper_mode)
+    x, positions = torch.randn(4, 8), torch.arange(4.0)
+    for _ in range(2):
+        _step(wrapper, vllm_config, context_mode, 4, x, positions)
+    assert len(calls) == 2, "the runnable must run eagerly on every call"
+    assert wrapper.num_graphs == 0
+
+
+def test_wrapper_without_forward_context_runs_the_runnable(
+    counted: tuple[_Block, list[int]], vllm_config: VllmConfig
+) -> None:
+    block, calls = counted
+    wrapper = NpuGraphWrapper(block, vllm_config, CUDAGraphMode.FULL)
+    with torch.no_grad():
+        wrapper(torch.randn(2, 8), torch.ones(2))
+    assert calls == [1]
+    assert wrapper.num_graphs == 0
+    # vLLM reads the runnable's attributes through the wrapper.
+    assert wrapper.proj is block.proj
+    assert wrapper.unwrap() is block
+
+
+def test_wrapper_refuses_mode_none(block: _Block, vllm_config: VllmConfig) -> None:
+    with pytest.raises(ValueError, match="FULL or PIECEWISE"):
+        NpuGraphWrapper(block, vllm_config, CUDAGraphMode.NONE)
+
+
+def _traced(block: _Block) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+    gm = torch.fx.symbolic_trace(block)
+    return gm, [torch.randn(4, 8), torch.arange(4.0)]
+
+
+def test_compiler_interface_compiles_and_loads_a_piece(block: _Block, tmp_path: Any) -> None:
+    compiler = NpuCompilerInterface()
+    assert isinstance(compiler, CompilerInterface)
+    compiler.initialize_cache(str(tmp_path), disable_cache=False, prefix="backbone")
+    assert compiler.compute_hash(None) == NpuCompilerInterface().compute_hash(None)
+    gm, inputs = _traced(block)
+    options = {"npu_compile_options": {"clone_output": True}}
+    with torch.no_grad():
+        compiled, handle = compiler.compile(gm, inputs, options, None, "key")
+        assert compiled is not None
+        expected = block(*inputs)
+        torch.testing.assert_close(compiled(*inputs), expected)
+        loaded = NpuCompilerInterface().load(handle, gm, inputs, 0, None)
+        torch.testing.assert_close(loaded(*inputs), expected)
+    assert handle["options"] == {"clone_output": True}
+
+
+def test_compiler_interface_puts_static_kernels_under_vllm_cache(tmp_path: Any) -> None:
+    compiler = NpuCompilerInterface()
+    compiler.initialize_cache(str(tmp_path), disable_cache=False)
+    backend = compiler._backend({"npu_compile_options": {"static_kernel_compile": True}})
+    static = backend.config.experimental_config.aclgraph
+    assert static._aclnn_static_shape_kernel
+    assert static._aclnn_static_shape_kernel_build_dir == str(tmp_path / "npu_compile")
+    # vLLM's capture does the capturing: the compiler only prepares the piece.
+    assert backend.config.debug.run_eagerly
+
+
+def test_compiler_interface_refuses_other_versions_and_bad_options(block: _Block) -> None:
+    gm, inputs = _traced(block)
+    with pytest.raises(ConfigError, match="compile cache"):
+        NpuCompilerInterface().load({"version": "0.0.0", "options": {}}, gm, inputs, 0, None)
+    with pytest.raises(ConfigError, match="npu_compile_options"):
+        NpuCompilerInterface().compile(gm, inputs, {"npu_compile_options": ["x"]}, None)
+
+
+def test_platform_plugin_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENABLE_VARIABLE, raising=False)
+    assert platform_plugin() is None
+    monkeypatch.setenv(ENABLE_VARIABLE, "1")
+    name = platform_plugin()
+    assert name == "npu_compile.vllm._platforms.NpuCompileCpuPlatform"
+    platform = resolve_obj_by_qualname(name)
+    from vllm.platforms.cpu import CpuPlatform
+
+    assert issubclass(platform, CpuPlatform)
+    assert resolve_obj_by_qualname(platform.get_compile_backend()) is NpuCompilerInterface
+    assert resolve_obj_by_qualname(platform.get_static_graph_wrapper_cls()) is NpuGraphWrapper
+
+
+def test_platform_plugin_is_registered() -> None:
+    from importlib.metadata import entry_points
+
+    plugins = {ep.name: ep.value for ep in entry_points(group="vllm.platform_plugins")}
+    assert plugins.get("npu_compile") == "npu_compile.vllm._plugin:platform_plugin"

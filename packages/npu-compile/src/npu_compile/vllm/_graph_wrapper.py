@@ -1,0 +1,175 @@
+"""vLLM's static-graph wrapper on :class:`npu_mempool.GraphRunner`.
+
+vLLM builds one wrapper per piece (PIECEWISE) or around the whole model (FULL), then sets the
+runtime mode and the batch descriptor in its forward context before each step. The contract
+(``vllm/compilation/base_static_graph.py``, ``cuda_graph.py``):
+
+* the runtime mode is NONE or another wrapper's mode: call the runnable as it is;
+* otherwise capture once per batch descriptor, and replay afterwards;
+* vLLM keeps the inputs in persistent buffers (padded to a capture size), so the wrapper copies
+  nothing in: inputs are recorded by address, and a new address captures again;
+* the outputs belong to the graph: vLLM may drop them, and the next replay writes them again.
+  npu-mempool never hands out memory that a live tensor uses, so an output still held at the next
+  replay moves that replay to a second call path instead of being overwritten;
+* garbage collection is off during captures after the first piece (``gc_disable``).
+
+One runner per batch descriptor, all on one pool per device, as vLLM captures every size into
+one global pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import threading
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+__all__ = ["NpuGraphWrapper"]
+
+logger = logging.getLogger("npu_compile")
+
+_pools: dict[str, Any] = {}
+_pools_lock = threading.Lock()
+
+
+def _shared_pool(device: torch.device) -> Any:
+    # One pool per device for every wrapper of the process, made at the first capture.
+    from npu_mempool import graph_pool_handle
+
+    key = str(device)
+    with _pools_lock:
+        pool = _pools.get(key)
+        if pool is None:
+            pool = _pools[key] = graph_pool_handle(device)
+        return pool
+
+
+@contextlib.contextmanager
+def _gc_paused(paused: bool) -> Iterator[None]:
+    if not paused or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+_SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+class NpuGraphWrapper:
+    """Capture and replay ``runnable`` per batch descriptor, for vLLM's FULL and PIECEWISE modes.
+
+    Args:
+        runnable: The model (FULL) or one compiled piece (PIECEWISE).
+        vllm_config: vLLM's configuration.
+        runtime_mode: The ``CUDAGraphMode`` this wrapper serves (FULL or PIECEWISE).
+        cudagraph_options: vLLM's ``CUDAGraphOptions`` (``gc_disable`` is honoured; outputs are
+            always the graph's own tensors).
+    """
+
+    def __init__(
+        self,
+        runnable: Callable[..., Any],
+        vllm_config: Any,
+        runtime_mode: Any,
+        cudagraph_options: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        from vllm.config import CUDAGraphMode
+
+        if runtime_mode == CUDAGraphMode.NONE:
+            raise ValueError("NpuGraphWrapper serves FULL or PIECEWISE, not NONE")
+        self.runnable = runnable
+        self.vllm_config = vllm_config
+        self.runtime_mode = runtime_mode
+        self.gc_disable = bool(getattr(cudagraph_options, "gc_disable", False))
+        self._runners: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+
+    def __getattr__(self, key: str) -> Any:
+        # vLLM reads attributes of the wrapped runnable through the wrapper.
+        if key in ("runnable", "__setstate__"):
+            raise AttributeError(key)
+        return getattr(self.runnable, key)
+
+    def unwrap(self) -> Callable[..., Any]:
+        """The runnable, through nested wrappers."""
+        runnable = self.runnable
+        unwrap = getattr(runnable, "unwrap", None)
+        return unwrap() if callable(unwrap) else runnable
+
+    def clear_graphs(self) -> None:
+        """Free every captured graph (vLLM calls this when it resets or sleeps)."""
+        with self._lock:
+            for runner in self._runners.values():
+                runner.reset()
+            self._runners.clear()
+
+    @property
+    def num_graphs(self) -> int:
+        """Graphs held over every batch descriptor."""
+        return sum(runner.num_graphs for runner in self._runners.values())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from vllm.config import CUDAGraphMode
+        from vllm.forward_context import get_forward_context, is_forward_context_available
+
+        if not is_forward_context_available():
+            return self.runnable(*args, **kwargs)
+        context = get_forward_context()
+        mode = context.cudagraph_runtime_mode
+        if mode == CUDAGraphMode.NONE or mode != self.runtime_mode:
+            return self.runnable(*args, **kwargs)
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if not all(isinstance(leaf, (torch.Tensor, *_SCALARS)) for leaf in leaves):
+            # Something the graph key cannot hold (an opaque object): run it as it is.
+            return self.runnable(*args, **kwargs)
+        descriptor = context.batch_descriptor
+        runner = self._runners.get(descriptor)
+        if runner is None:
+            runner = self._new_runner(descriptor, leaves, spec)
+            with _gc_paused(self.gc_disable):
+                return runner(*leaves)
+        return runner(*leaves)
+
+    def _new_runner(self, descriptor: Hashable, leaves: list[Any], spec: Any) -> Any:
+        from npu_mempool import CaptureOptions, GraphRunner, InputKind
+
+        try:
+            from vllm.compilation.monitor import validate_cudagraph_capturing_enabled
+        except ImportError:  # an older vLLM: nothing to validate
+            pass
+        else:
+            validate_cudagraph_capturing_enabled()
+        runnable = self.runnable
+
+        def call(*flat: Any) -> Any:
+            args, kwargs = pytree.tree_unflatten(list(flat), spec)
+            return runnable(*args, **kwargs)
+
+        device = next(
+            (leaf.device for leaf in leaves if isinstance(leaf, torch.Tensor)), torch.device("cpu")
+        )
+        # vLLM's inputs are persistent buffers: recorded by address, never copied.
+        kinds = [
+            InputKind.PARAMETER if isinstance(leaf, torch.Tensor) else InputKind.USER
+            for leaf in leaves
+        ]
+        runner = GraphRunner(
+            call,
+            input_kinds=kinds,
+            options=CaptureOptions(pool=_shared_pool(device), clone_input=False),
+            name=f"vllm-{self.runtime_mode.name.lower()}-{descriptor}",
+        )
+        with self._lock:
+            self._runners[descriptor] = runner
+        logger.debug("capturing %s for %s", self.runtime_mode.name, descriptor)
+        return runner
