@@ -58,6 +58,8 @@ class NpuCompilerInterface(CompilerInterface):
 
     def __init__(self) -> None:
         self._build_dir: str | None = None
+        # One backend per set of options, kept: its statistics are what the worker reports.
+        self._backends: dict[str, NpuBackend] = {}
 
     def initialize_cache(
         self, cache_dir: str, disable_cache: bool = False, prefix: str = ""
@@ -71,7 +73,15 @@ class NpuCompilerInterface(CompilerInterface):
         return hashlib.sha256(factors.encode()).hexdigest()[:10]
 
     def _backend(self, compiler_config: Mapping[str, Any] | None) -> NpuBackend:
-        config = CompilerConfig().with_options(_options(compiler_config))
+        options = _options(compiler_config)
+        key = repr(sorted(options.items()))
+        backend = self._backends.get(key)
+        if backend is None:
+            backend = self._backends[key] = self._new_backend(options)
+        return backend
+
+    def _new_backend(self, options: dict[str, Any]) -> NpuBackend:
+        config = CompilerConfig().with_options(options)
         # vLLM's static-graph wrapper captures; this compiler only prepares the piece.
         config.debug.run_eagerly = True
         static = config.experimental_config.aclgraph
