@@ -45,6 +45,31 @@ def _aot_fails(monkeypatch: pytest.MonkeyPatch) -> Any:
     return torch.no_grad()
 
 
+@torch.library.custom_op("vllm::npu_compile_test_attention", mutates_args=())
+def _attention(q: torch.Tensor) -> torch.Tensor:
+    # Stands for vLLM's attention ops, which read their metadata from vLLM's forward context.
+    return q.clone()
+
+
+@_attention.register_fake
+def _(q: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(q)
+
+
+def _on_a_device(monkeypatch: pytest.MonkeyPatch) -> Any:
+    # The check applies on devices only (the CPU emulation runs every op again): the real check,
+    # told the graph runs on CUDA.
+    from npu_compile import _capturable, _pipeline
+
+    real = _capturable.external_state_reason
+    monkeypatch.setattr(_pipeline, "external_state_reason", lambda gm, device: real(gm, "cuda"))
+    return torch.no_grad()
+
+
+def _attends(q: torch.Tensor) -> torch.Tensor:
+    return torch.ops.vllm.npu_compile_test_attention(q * 2) + 1
+
+
 def _two_devices(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x + 1, y * 2
 
@@ -69,7 +94,18 @@ CASES: dict[FallbackReason, Case] = {
     FallbackReason.TRAINING: (_LINEAR, (torch.ones(1, 2),), _with_grad),
     FallbackReason.HOST_SYNC: (_reads_on_host, (torch.randn(3), torch.tensor([2])), _host_sync),
     FallbackReason.AOT_TRACE_FAILED: (_plus_one, (torch.ones(2),), _aot_fails),
+    FallbackReason.EXTERNAL_STATE: (_attends, (torch.ones(2),), _on_a_device),
 }
+
+
+def test_vllm_attention_is_captured_on_cpu() -> None:
+    # The emulated graph runs the op again on every replay: its metadata is never stale.
+    backend = get_npu_backend()
+    compiled = torch.compile(_attends, backend=backend)
+    with torch.no_grad():
+        compiled(torch.ones(2))
+    assert backend.stats.fallbacks == []
+    assert backend.stats.captured == 1
 
 
 def test_every_reason_has_a_case() -> None:

@@ -10,6 +10,7 @@ import torch
 __all__ = [
     "TRAINING_REASON",
     "devices",
+    "external_state_reason",
     "host_sync_reason",
     "records_autograd",
     "uncapturable_reason",
@@ -65,3 +66,34 @@ _HOST_SYNC_OPS: frozenset[object] = frozenset(
         torch.ops.aten.item.default,
     }
 )
+
+
+def _op_name(target: object) -> str:
+    schema = getattr(target, "_schema", None)  # an OpOverload
+    if schema is not None:
+        return str(schema.name)
+    return str(getattr(target, "_qualified_op_name", ""))  # an OpOverloadPacket
+
+
+def external_state_reason(gm: torch.fx.GraphModule, device_type: str) -> str | None:
+    """Ops that read per-step state from outside the graph's inputs cannot be replayed.
+
+    vLLM's attention ops take their metadata (sequence lengths, block tables, their sizes as
+    Python ints) from vLLM's forward context, not from graph inputs: a captured graph would replay
+    the metadata of the step it was captured on. vLLM itself leaves attention out of its graphs
+    (PIECEWISE) or captures it with metadata buffers it manages (FULL). On CPU the emulated graph
+    runs every op again, so nothing is stale there.
+    """
+    if device_type == "cpu":
+        return None
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = _op_name(node.target)
+        if name.startswith("vllm::") and "attention" in name:
+            return (
+                f"node {node.name} ({name}) reads vLLM's per-step attention metadata from outside "
+                "the graph's inputs, so a replay would reuse the captured step's; let vLLM "
+                "capture (NPU_COMPILE_VLLM_PLATFORM=1, see docs/serving-vllm.md)"
+            )
+    return None

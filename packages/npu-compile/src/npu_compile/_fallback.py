@@ -27,12 +27,15 @@ class FallbackReason(enum.StrEnum):
         HOST_SYNC: An operator reads a tensor value on the host (``.item()``, ``nonzero``),
             which a device graph cannot record.
         AOT_TRACE_FAILED: AOT autograd could not trace the graph.
+        EXTERNAL_STATE: An operator reads per-step state from outside the graph's inputs
+            (vLLM's attention metadata on a device), which a replay would reuse stale.
     """
 
     MIXED_DEVICES = "mixed_devices"
     TRAINING = "training"
     HOST_SYNC = "host_sync"
     AOT_TRACE_FAILED = "aot_trace_failed"
+    EXTERNAL_STATE = "external_state"
 
 
 class Fallback(NamedTuple):

@@ -23,6 +23,7 @@ import torch
 from npu_compile import _compat, _dump, _logs, _passes
 from npu_compile._capturable import (
     TRAINING_REASON,
+    external_state_reason,
     host_sync_reason,
     records_autograd,
     uncapturable_reason,
@@ -131,14 +132,17 @@ def compile_graph(
     if mixed is not None:
         return _fallback(gm, name, FallbackReason.MIXED_DEVICES, mixed, config, stats)
 
+    device = next(
+        (x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu")
+    )
+    external = external_state_reason(gm, device.type)
+    if external is not None:
+        return _fallback(gm, name, FallbackReason.EXTERNAL_STATE, external, config, stats)
     config = _compat.resolve_pool(config, example_inputs)
     decompositions = decompositions or {}
     # The grad mode of the call being compiled (AOT compiles the forward graph without grad).
     grad_enabled = torch.is_grad_enabled()
     n_dynamo_inputs = len(example_inputs)
-    device = next(
-        (x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu")
-    )
     device_type = device.type
     dynamo_gm = gm
     plan = _Plan()
