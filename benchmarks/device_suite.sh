@@ -16,7 +16,7 @@ set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$root/benchmarks/results/device"
-STEPS="device_tests decode_step replay_overhead pool_reuse streams_overlap static_kernel_warm_start static_kernel_warm_start_compile"
+STEPS="device_tests decode_step replay_overhead pool_reuse streams_overlap static_kernel_warm_start static_kernel_warm_start_compile static_kernel_warm_start_aot vllm_serving"
 only=""
 usage="usage: bash benchmarks/device_suite.sh [--out DIR] [--only STEP[,STEP...]]; steps: ${STEPS// /, }"
 while [ "$#" -gt 0 ]; do
@@ -92,4 +92,7 @@ run pool_reuse python3 benchmarks/pool_reuse.py --out "$out"
 run streams_overlap python3 benchmarks/streams_overlap.py --out "$out"
 run static_kernel_warm_start python3 benchmarks/static_kernel_warm_start.py --rounds 1 --out "$out"
 run static_kernel_warm_start_compile python3 benchmarks/static_kernel_warm_start.py --via compile --rounds 1 --out "$out"
+run static_kernel_warm_start_aot python3 benchmarks/static_kernel_warm_start.py --via aot --rounds 1 --out "$out"
+# Needs vLLM on the machine (a CUDA build); the step fails with vLLM's import error otherwise.
+run vllm_serving python3 benchmarks/vllm_serving.py --model 1b --device cuda --out "$out"
 exit "$failed"

@@ -19,22 +19,53 @@ With ``--via compile`` the same processes run a demo-style MLP through ``torch.c
 npu-compile's backend and static kernels on, at two batch sizes (Dynamo, AOT autograd, the static
 kernel build or load and the capture), which is what a served model pays at start-up.
 
+With ``--via aot`` the same MLP goes through torch's AOT compile, the path vLLM takes by default:
+the first process runs ``torch.compile(model.forward, ...).aot_compile(...)``, calls the result at
+both batch sizes and saves it (``save_compiled_function``; the save is not in the step time, it is
+in the process wall). Every second process loads it with ``torch.compiler.load_compiled_function``
+and calls it at both batch sizes: no Dynamo tracing, no AOT autograd, no npu-compile pass (it
+asserts that ``npu_compile.vllm.worker_stats()`` counts no traced FX graph and at least one loaded
+one); the graph runner is rebuilt from the saved ATen graph and the static kernels load from the
+build directory. One artifact serves both batch sizes: the batch dimension is marked dynamic
+(``torch._dynamo.mark_dynamic``) before ``aot_compile``, which then traces once with a symbolic
+batch. A loaded function cannot recompile (there is no Dynamo behind it to call): it checks its
+guards on every call and raises when they fail, so an artifact traced with a static shape would
+need one file per batch size. The graph runner still captures each batch size, and static kernels
+are built and loaded per concrete shape, as with ``--via compile``. The saved function carries the
+compiler options, the static-kernel build directory included, exactly as given: the build
+directory is passed as a relative path (``build``) and every process runs in the directory that
+holds it, so the copied-elsewhere process finds the copy, not the original.
+
+With ``--via compile`` and ``--via aot`` every process also asserts that its graphs ran with
+static kernels: the summed counters of the live ``StaticKernelCompiler`` objects (npu-compile keeps
+one per FX graph inside its graph runner) show one load per batch size and no fallback, and with
+``--via aot`` no build in a second process (the parent checks the build directories in every
+mode). Finding them scans the live objects, about 0.1 s inside the process wall, recorded as
+``static_kernels.probe_s``.
+
 Each second process is compared with the first one (the compile step alone and the whole
 process, ``import torch`` included); the target is at most 0.2x. A **floor** process does the
 same tracing and the imports that loading any Inductor artifact does (Inductor's loader imports
 ``compile_fx`` and with it every lowering) but compiles and loads nothing: what no kernel cache
-that loads through Inductor can remove. Every scenario runs ``--rounds``
+that loads through Inductor can remove. With ``--via aot`` nothing is traced, so the floor traces
+nothing either: it builds the model and its inputs, imports ``npu_compile``, torch's loader
+(``torch._dynamo.aot_compile``, which brings Dynamo with it) and what the static-kernel load
+imports (``torch._inductor.standalone_compile`` and ``torch._inductor.compile_fx``), and loads
+nothing (not even ``npu_static_kernel``). Every scenario runs ``--rounds``
 times, each round with new directories; the tables show medians.
 
-    python benchmarks/static_kernel_warm_start.py [--via static|compile] [--rounds 3]
+    python benchmarks/static_kernel_warm_start.py [--via static|compile|aot] [--rounds 3]
 
-Prints a table and writes ``benchmarks/results/static_kernel_warm_start[_compile].json``. Needs
-torch and npu-static-kernel (a C++ compiler on CPU); ``--via compile`` also npu-compile.
+Prints a table and writes ``benchmarks/results/static_kernel_warm_start[_compile|_aot].json``.
+Needs torch and npu-static-kernel (a C++ compiler on CPU); ``--via compile`` and ``--via aot``
+also npu-compile.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import importlib
 import json
 import os
@@ -139,6 +170,48 @@ def child_static(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def static_kernel_config(args: argparse.Namespace) -> Any:
+    """npu-compile's options with static kernels on, built in ``args.build_dir``."""
+    import npu_compile
+
+    config = npu_compile.CompilerConfig()
+    static = config.experimental_config.aclgraph
+    static._aclnn_static_shape_kernel = True
+    static._aclnn_static_shape_kernel_build_dir = args.build_dir
+    config.debug.aclgraph.strict = True  # a build or load that fails is an error, not a fallback
+    return config
+
+
+def static_kernel_counters() -> dict[str, Any]:
+    """The counters of every live ``StaticKernelCompiler``, summed, and how many there are.
+
+    npu-compile makes one per FX graph and keeps it inside the graph's runner, with no handle to
+    it; they are found among the live objects. A graph that runs without static kernels has no
+    compiler, or one whose ``loads`` did not move. The scan is in the process wall (about 0.1 s
+    on CPU), so ``probe_s`` says how long it took.
+    """
+    from npu_static_kernel import StaticKernelCompiler, StaticKernelCounters
+
+    start = time.perf_counter()
+
+    # issubclass(type(o)) rather than isinstance: isinstance reads `__class__`, which some of
+    # torch's lazy module objects answer with a deprecation warning.
+    compilers = [o for o in gc.get_objects() if issubclass(type(o), StaticKernelCompiler)]
+    totals: dict[str, Any] = dict.fromkeys(StaticKernelCounters().snapshot(), 0)
+    for compiler in compilers:
+        for name, value in compiler.counters.snapshot().items():
+            totals[name] += value
+    totals["compilers"] = len(compilers)
+    return totals | {"probe_s": time.perf_counter() - start}
+
+
+def check_static_kernels(kernels: dict[str, Any], shapes: int, *, second: bool) -> None:
+    """Each shape ran with static kernels (one load each, no fallback); a 2nd process built none."""
+    assert kernels["loads"] == shapes, f"static kernels not loaded once per shape: {kernels}"
+    assert kernels["fallbacks"] == 0, f"a shape ran without static kernels: {kernels}"
+    assert not second or kernels["builds"] == 0, f"a second process built: {kernels}"
+
+
 def child_compile(args: argparse.Namespace) -> dict[str, Any]:
     """torch.compile + npu-compile with static kernels: first output at two batch sizes."""
     import npu_compile
@@ -146,12 +219,7 @@ def child_compile(args: argparse.Namespace) -> dict[str, Any]:
 
     device = args.device
     model = MLP(args.hidden, args.layers).to(device)
-    config = npu_compile.CompilerConfig()
-    static = config.experimental_config.aclgraph
-    static._aclnn_static_shape_kernel = True
-    static._aclnn_static_shape_kernel_build_dir = args.build_dir
-    config.debug.aclgraph.strict = True  # a build or load that fails is an error, not a fallback
-    backend = npu_compile.get_npu_backend(compiler_config=config)
+    backend = npu_compile.get_npu_backend(compiler_config=static_kernel_config(args))
     batches = (args.batch, 2 * args.batch)
     inputs = [torch.randn(b, args.hidden, device=device) for b in batches]
     sync(device)
@@ -168,7 +236,10 @@ def child_compile(args: argparse.Namespace) -> dict[str, Any]:
         "compile_s": seconds,
         "captures": npu_mempool.counters.snapshot()["captures"],
         "fallbacks": len(backend.stats.fallbacks),
+        "static_kernels": static_kernel_counters(),
     }
+    # Which process this is, the parent knows: it checks that no second process built.
+    check_static_kernels(report["static_kernels"], len(batches), second=False)
     if args.time_steps:
         with torch.no_grad():
             report["eager_step_us"] = time_steps(
@@ -180,15 +251,85 @@ def child_compile(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def child_aot(args: argparse.Namespace) -> dict[str, Any]:
+    """torch's AOT compile + npu-compile: compile and save, or load (no tracing); both batches."""
+    from npu_compile.vllm import worker_stats
+
+    device = args.device
+    model = MLP(args.hidden, args.layers).to(device)
+    batches = (args.batch, 2 * args.batch)
+    inputs = [torch.randn(b, args.hidden, device=device) for b in batches]
+    report: dict[str, Any] = {"phase": "load" if args.load else "save"}
+    fn: Any  # torch's AOT-compiled function: called, and saved by the first process
+    sync(device)
+    start = time.perf_counter()
+    if args.load:
+        with open(args.artifact, "rb") as handle:
+            fn = torch.compiler.load_compiled_function(handle, f_globals=MLP.forward.__globals__)
+    else:
+        import npu_compile
+
+        backend = npu_compile.get_npu_backend(compiler_config=static_kernel_config(args))
+        compiled: Any = torch.compile(model.forward, backend=backend, fullgraph=True)
+        example = inputs[0].clone()
+        torch._dynamo.mark_dynamic(example, 0)  # one artifact for every batch size
+        with torch.no_grad(), torch._dynamo.config.patch(enable_aot_compile=True):
+            fn = compiled.aot_compile(((example,), {}))
+    with torch.no_grad():
+        # The saved function is the unbound `forward`: the module comes first.
+        outputs = [fn(model, x).clone() for x in inputs]
+    sync(device)
+    report["compile_s"] = time.perf_counter() - start
+    if not args.load:
+        start = time.perf_counter()
+        fn.save_compiled_function(args.artifact)
+        report["save_s"] = time.perf_counter() - start
+    report["artifact_bytes"] = os.path.getsize(args.artifact)
+    with torch.no_grad():
+        for x, out in zip(inputs, outputs, strict=True):
+            torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    stats = worker_stats()
+    kernels = static_kernel_counters()
+    report |= {"captures": stats["captures"], "stats": stats, "static_kernels": kernels}
+    if args.load:
+        # Nothing traced or compiled here: the backend never ran, the graph came from the file.
+        assert stats["fx_graphs"] == 0, f"the loading process traced: {stats}"
+        assert stats["loaded"] >= 1, f"nothing was loaded: {stats}"
+    else:
+        assert stats["fx_graphs"] >= 1, f"the first process traced nothing: {stats}"
+        assert stats["loaded"] == 0, f"the first process loaded a graph: {stats}"
+    assert stats["fallbacks"] == 0, f"a graph runs eagerly: {stats}"
+    check_static_kernels(kernels, len(batches), second=args.load)
+    if args.time_steps:
+        step = functools.partial(fn, model)
+        with torch.no_grad():
+            report["eager_step_us"] = time_steps(
+                model, inputs[:1], device, args.steps, args.repeats
+            )
+            report["static_step_us"] = time_steps(
+                step, inputs[:1], device, args.steps, args.repeats
+            )
+    return report
+
+
 def child_floor(args: argparse.Namespace) -> dict[str, Any]:
     """What any such process pays before a kernel cache can help: no static kernels at all.
 
-    The same tracing (``make_fx``, or Dynamo and AOT autograd through ``aot_eager``) and the
-    imports that loading any Inductor artifact does; nothing is compiled or loaded.
+    The same tracing (``make_fx``, or Dynamo and AOT autograd through ``aot_eager``; none with
+    ``--via aot``, whose second processes trace nothing) and the imports that loading any
+    Inductor artifact does; nothing is compiled or loaded.
     """
     device = args.device
     start = time.perf_counter()
-    if args.via == "compile":
+    if args.via == "aot":
+        # Nothing to trace: the model and its inputs, npu-compile, and torch's loader of a saved
+        # compiled function (`torch._dynamo.aot_compile`, which imports Dynamo).
+        model = MLP(args.hidden, args.layers).to(device)
+        for b in (args.batch, 2 * args.batch):
+            torch.randn(b, args.hidden, device=device)
+        importlib.import_module("npu_compile")
+        importlib.import_module("torch._dynamo.aot_compile")
+    elif args.via == "compile":
         model = MLP(args.hidden, args.layers).to(device)
         compiled = torch.compile(model, backend="aot_eager", dynamic=False)
         with torch.no_grad():
@@ -211,6 +352,8 @@ def child(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     if args.floor:
         report = child_floor(args)
+    elif args.via == "aot":
+        report = child_aot(args)
     else:
         report = child_compile(args) if args.via == "compile" else child_static(args)
     print(json.dumps(report))
@@ -224,17 +367,25 @@ def run_child(
     time_steps: bool = False,
     fallback: str | None = None,
     floor: bool = False,
+    load: bool = False,
 ) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", "--build-dir", build_dir]
+    cwd = None
+    if args.via == "aot":
+        # The saved function keeps the build directory as given: a relative one, resolved in the
+        # directory the process runs in, which also holds the artifact.
+        cwd, build_dir = os.path.split(build_dir)
+        os.makedirs(cwd, exist_ok=True)
+    command = [sys.executable, os.path.abspath(__file__), "--child", "--build-dir", build_dir]
     command += ["--time-steps"] if time_steps else []
     command += ["--floor"] if floor else []
+    command += ["--load"] if load else []
     for name in ("via", "device", "batch", "hidden", "layers", "steps", "repeats", "threads"):
         command += [f"--{name}", str(getattr(args, name))]
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=inductor_cache)
     if fallback is not None:
         env["NPU_STATIC_KERNEL_FALLBACK_DIR"] = fallback
     start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, check=False)
     wall = time.perf_counter() - start
     if result.returncode != 0:
         raise SystemExit(f"child failed:\n{result.stderr[-4000:]}")
@@ -254,18 +405,24 @@ def one_round(args: argparse.Namespace, tmp: str) -> dict[str, dict[str, Any]]:
     """Cold, warm, warm with an empty Inductor cache, copied read-only: new directories."""
     build_dir = os.path.join(tmp, "build")
     machine_cache = os.path.join(tmp, "inductor")
+    load = args.via == "aot"  # second processes load the first one's saved function
     cold = run_child(args, build_dir, machine_cache)
     built = artifacts(build_dir)
     assert built >= 1, "the first process built no artifact"
-    warm = run_child(args, build_dir, machine_cache)
-    fresh = run_child(args, build_dir, os.path.join(tmp, "inductor-new-machine"))
+    warm = run_child(args, build_dir, machine_cache, load=load)
+    fresh = run_child(args, build_dir, os.path.join(tmp, "inductor-new-machine"), load=load)
     image = os.path.join(tmp, "image", "build")
     shutil.copytree(build_dir, image)
+    if load:  # the saved function travels with the build directory, read-only too
+        saved = shutil.copy(os.path.join(tmp, AOT_ARTIFACT), os.path.dirname(image))
+        os.chmod(saved, 0o444)
     for root, dirs, files in os.walk(image):
         for name in dirs + files:
             os.chmod(os.path.join(root, name), 0o555 if name in dirs else 0o444)
     fallback = os.path.join(tmp, "fallback")
-    copied = run_child(args, image, os.path.join(tmp, "inductor-image"), fallback=fallback)
+    copied = run_child(
+        args, image, os.path.join(tmp, "inductor-image"), fallback=fallback, load=load
+    )
     for root, dirs, _ in os.walk(image):
         for name in dirs:
             os.chmod(os.path.join(root, name), 0o755)
@@ -279,6 +436,9 @@ def one_round(args: argparse.Namespace, tmp: str) -> dict[str, dict[str, Any]]:
     return {"cold": cold, "warm": warm, "fresh": fresh, "copied": copied, "floor": floor}
 
 
+#: The saved compiled function of ``--via aot``, next to the build directory.
+AOT_ARTIFACT = "mlp.aot"
+
 SCENARIOS = {
     "warm": "2nd process, same Inductor cache",
     "fresh": "2nd process, empty Inductor cache",
@@ -290,9 +450,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument(
         "--via",
-        choices=("static", "compile"),
+        choices=("static", "compile", "aot"),
         default="static",
-        help="compile_static on an ATen graph, or torch.compile with npu-compile",
+        help="compile_static on an ATen graph, torch.compile with npu-compile, or torch's AOT "
+        "compile with npu-compile (saved, then loaded without tracing)",
     )
     parser.add_argument("--device", default=pick_device().type)
     parser.add_argument("--batch", type=int, default=8)
@@ -307,6 +468,8 @@ def main() -> None:
     parser.add_argument("--build-dir", help=argparse.SUPPRESS)
     parser.add_argument("--time-steps", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--artifact", default=AOT_ARTIFACT, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -316,7 +479,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="static-kernel-bench-") as tmp:
             rounds.append(one_round(args, tmp))
     with tempfile.TemporaryDirectory(prefix="static-kernel-bench-") as tmp:
-        steps = run_child(args, os.path.join(tmp, "build"), os.path.join(tmp, "i"), time_steps=True)
+        build, cache = os.path.join(tmp, "build"), os.path.join(tmp, "i")
+        if args.via == "aot":
+            # Steps of the loaded function, what a restarted server runs: save first, then load.
+            run_child(args, build, cache)
+        steps = run_child(args, build, cache, time_steps=True, load=args.via == "aot")
 
     def median(scenario: str, field: str) -> float:
         return statistics.median(float(r[scenario][field]) for r in rounds)
@@ -327,7 +494,11 @@ def main() -> None:
             float(r[scenario][field]) / float(r["cold"][field]) for r in rounds
         )
 
-    step = "compile_static" if args.via == "static" else "torch.compile to first outputs"
+    step = {
+        "static": "compile_static",
+        "compile": "torch.compile to first outputs",
+        "aot": "AOT compile or load to first outputs",
+    }[args.via]
     rows = [(f"first process: {step} (s)", median("cold", "compile_s"))]
     rows += [(f"{label}: {step} (s)", median(k, "compile_s")) for k, label in SCENARIOS.items()]
     rows += [("first process wall, import torch included (s)", median("cold", "process_wall_s"))]
@@ -362,7 +533,7 @@ def main() -> None:
         print(f"  {name:<60}{value:>9.3f}x")
     print(f"{'step speed-up (eager / static)':<62}{step_speedup:>9.2f}x")
 
-    suffix = "" if args.via == "static" else "_compile"
+    suffix = {"static": "", "compile": "_compile", "aot": "_aot"}[args.via]
     path = write_json(
         args.out / f"static_kernel_warm_start{suffix}.json",
         {
