@@ -86,11 +86,24 @@ def static_cache(model: torch.nn.Module, length: int = 32) -> transformers.Stati
     return transformers.StaticCache(config=model.config, max_cache_len=length)
 
 
+def cache_argument(model: torch.nn.Module) -> str:
+    """The name ``forward`` takes the cache by.
+
+    ``cache`` in newer transformers (5.24 still accepts ``past_key_values``, with a
+    FutureWarning), ``past_key_values`` before.
+    """
+    import inspect
+
+    parameters = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 class Request:
     """One greedy decode driven by hand through ``forward`` with its own ``StaticCache``."""
 
     def __init__(self, model: torch.nn.Module, ids: torch.Tensor, cache_len: int = 32) -> None:
         self.cache = static_cache(model, cache_len)
+        self.cache_argument = cache_argument(model)
         self.ids = ids
         self.tokens: list[torch.Tensor] = []
 
@@ -100,9 +113,8 @@ class Request:
         else:
             ids, start = self.tokens[-1][:, None], self.ids.shape[1] + len(self.tokens) - 1
         position = torch.arange(start, start + ids.shape[1])
-        out = forward(
-            input_ids=ids, past_key_values=self.cache, cache_position=position, use_cache=True
-        )
+        cache = {self.cache_argument: self.cache}
+        out = forward(input_ids=ids, cache_position=position, use_cache=True, **cache)
         self.tokens.append(out.logits[:, -1].argmax(-1))
 
     def result(self) -> torch.Tensor:
