@@ -171,3 +171,15 @@ def test_configured_backend_named_by_qualified_name(
     configured = result["vllm"][0]["configured_backend"]
     assert configured is not None, "the worker never imported _configured_backend"
     assert configured["fx_graphs"] >= 1, configured
+
+
+def test_platform_plugin_sends_vllm_default_compile_to_npu_compile(
+    eager: dict[str, Any], checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No compilation_config at all: vLLM's default, under npu-compile's platform plugin. On CPU,
+    # vLLM turns its compile mode into one Dynamo trace, which the plugin hands to npu_compile.
+    monkeypatch.setenv("NPU_COMPILE_VLLM_PLATFORM", "1")
+    result = _serve({}, checkpoint, tmp_path)
+    assert result["tokens"] == eager["tokens"]
+    _assert_graphs_replayed(result, workers=1)
+    assert result["npu_compile"][0]["fx_graphs"] >= 1
