@@ -28,6 +28,7 @@ from npu_compile._capturable import (
     records_autograd,
     uncapturable_reason,
 )
+from npu_compile._device import device_of
 from npu_compile._fallback import FallbackReason
 from npu_compile._inputs import guarded_by_dynamo, input_kinds, runner_is_whole_call
 from npu_compile._lowering import capture_options, specialized_per_shape, specializer
@@ -132,9 +133,7 @@ def compile_graph(
     if mixed is not None:
         return _fallback(gm, name, FallbackReason.MIXED_DEVICES, mixed, config, stats)
 
-    device = next(
-        (x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu")
-    )
+    device = device_of(*example_inputs)
     external = external_state_reason(gm, device.type)
     if external is not None:
         return _fallback(gm, name, FallbackReason.EXTERNAL_STATE, external, config, stats)

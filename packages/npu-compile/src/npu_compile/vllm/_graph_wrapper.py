@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from npu_compile._device import device_of
+
 __all__ = ["NpuGraphWrapper"]
 
 logger = logging.getLogger("npu_compile")
@@ -84,9 +86,14 @@ class NpuGraphWrapper:
         **kwargs: Any,
     ) -> None:
         from vllm.config import CUDAGraphMode
+        from vllm.forward_context import get_forward_context, is_forward_context_available
 
         if runtime_mode == CUDAGraphMode.NONE:
             raise ValueError("NpuGraphWrapper serves FULL or PIECEWISE, not NONE")
+        # Bound once: __call__ runs on every step of every piece.
+        self._none = CUDAGraphMode.NONE
+        self._get_forward_context = get_forward_context
+        self._is_forward_context_available = is_forward_context_available
         self.runnable = runnable
         self.vllm_config = vllm_config
         self.runtime_mode = runtime_mode
@@ -119,14 +126,11 @@ class NpuGraphWrapper:
         return sum(runner.num_graphs for runner in self._runners.values())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from vllm.config import CUDAGraphMode
-        from vllm.forward_context import get_forward_context, is_forward_context_available
-
-        if not is_forward_context_available():
+        if not self._is_forward_context_available():
             return self.runnable(*args, **kwargs)
-        context = get_forward_context()
+        context = self._get_forward_context()
         mode = context.cudagraph_runtime_mode
-        if mode == CUDAGraphMode.NONE or mode != self.runtime_mode:
+        if mode == self._none or mode != self.runtime_mode:
             return self.runnable(*args, **kwargs)
         leaves, spec = pytree.tree_flatten((args, kwargs))
         if not all(isinstance(leaf, (torch.Tensor, *_SCALARS)) for leaf in leaves):
@@ -134,11 +138,14 @@ class NpuGraphWrapper:
             return self.runnable(*args, **kwargs)
         descriptor = context.batch_descriptor
         runner = self._runners.get(descriptor)
-        if runner is None:
-            runner = self._new_runner(descriptor, leaves, spec)
-            with _gc_paused(self.gc_disable):
-                return runner(*leaves)
-        return runner(*leaves)
+        if runner is not None:
+            return runner(*leaves)
+        with self._lock:  # one runner per descriptor, also when two threads see it first
+            runner = self._runners.get(descriptor)
+            if runner is None:
+                runner = self._runners[descriptor] = self._new_runner(descriptor, leaves, spec)
+        with _gc_paused(self.gc_disable):
+            return runner(*leaves)
 
     def _new_runner(self, descriptor: Hashable, leaves: list[Any], spec: Any) -> Any:
         from npu_mempool import CaptureOptions, GraphRunner, InputKind
@@ -155,9 +162,7 @@ class NpuGraphWrapper:
             args, kwargs = pytree.tree_unflatten(list(flat), spec)
             return runnable(*args, **kwargs)
 
-        device = next(
-            (leaf.device for leaf in leaves if isinstance(leaf, torch.Tensor)), torch.device("cpu")
-        )
+        device = device_of(*leaves)
         # vLLM's inputs are persistent buffers: recorded by address, never copied.
         kinds = [
             InputKind.PARAMETER if isinstance(leaf, torch.Tensor) else InputKind.USER
@@ -169,7 +174,5 @@ class NpuGraphWrapper:
             options=CaptureOptions(pool=_shared_pool(device), clone_input=False),
             name=f"vllm-{self.runtime_mode.name.lower()}-{descriptor}",
         )
-        with self._lock:
-            self._runners[descriptor] = runner
         logger.debug("capturing %s for %s", self.runtime_mode.name, descriptor)
         return runner
