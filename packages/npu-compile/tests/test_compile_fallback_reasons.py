@@ -98,6 +98,28 @@ CASES: dict[FallbackReason, Case] = {
 }
 
 
+@torch.library.custom_op(
+    "npu_compile_test::unsafe", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,)
+)
+def _unsafe(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@_unsafe.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def test_ops_tagged_cudagraph_unsafe_are_external_state_on_a_device() -> None:
+    from npu_compile._capturable import external_state_reason
+
+    gm = torch.fx.symbolic_trace(lambda x: torch.ops.npu_compile_test.unsafe(x) + 1)
+    reason = external_state_reason(gm, "cuda")
+    assert reason is not None
+    assert "cudagraph_unsafe" in reason
+    assert external_state_reason(gm, "cpu") is None
+
+
 def test_vllm_attention_is_captured_on_cpu() -> None:
     # The emulated graph runs the op again on every replay: its metadata is never stale.
     backend = get_npu_backend()

@@ -75,8 +75,22 @@ def _op_name(target: object) -> str:
     return str(getattr(target, "_qualified_op_name", ""))  # an OpOverloadPacket
 
 
+def _tags(target: object) -> tuple[object, ...]:
+    tags = getattr(target, "tags", None)  # an OpOverload
+    if tags is not None:
+        return tuple(tags)
+    overloads = getattr(target, "overloads", None)  # an OpOverloadPacket: any of its overloads
+    if not callable(overloads):
+        return ()
+    return tuple(tag for overload in overloads() for tag in getattr(target, overload).tags)
+
+
 def external_state_reason(gm: torch.fx.GraphModule, device_type: str) -> str | None:
     """Ops that read per-step state from outside the graph's inputs cannot be replayed.
+
+    Two kinds are recognised: ops their library tags ``torch.Tag.cudagraph_unsafe`` (torch's
+    mechanism, which Inductor's graph partition and CUDA Graph Trees read too), and vLLM's
+    attention ops, which vLLM leaves untagged.
 
     vLLM's attention ops take their metadata (sequence lengths, block tables, their sizes as
     Python ints) from vLLM's forward context, not from graph inputs: a captured graph would replay
@@ -90,10 +104,21 @@ def external_state_reason(gm: torch.fx.GraphModule, device_type: str) -> str | N
         if node.op != "call_function":
             continue
         name = _op_name(node.target)
+        if _UNSAFE_TAG is not None and _UNSAFE_TAG in _tags(node.target):
+            return (
+                f"node {node.name} ({name}) is declared cudagraph_unsafe by its library (torch's "
+                "tag for ops a device graph cannot replay); run it outside the compiled region"
+            )
         if name.startswith("vllm::") and "attention" in name:
+            # vLLM registers its attention ops untagged and splits its own graphs by name.
             return (
                 f"node {node.name} ({name}) reads vLLM's per-step attention metadata from outside "
                 "the graph's inputs, so a replay would reuse the captured step's; let vLLM "
                 "capture (NPU_COMPILE_VLLM_PLATFORM=1, see docs/serving-vllm.md)"
             )
     return None
+
+
+# torch's own declaration that an op must not be captured (Inductor partitions around it); absent
+# from older torch.
+_UNSAFE_TAG = getattr(torch.Tag, "cudagraph_unsafe", None)
