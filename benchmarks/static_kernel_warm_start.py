@@ -241,14 +241,19 @@ def child_compile(args: argparse.Namespace) -> dict[str, Any]:
     # Which process this is, the parent knows: it checks that no second process built.
     check_static_kernels(report["static_kernels"], len(batches), second=False)
     if args.time_steps:
-        with torch.no_grad():
-            report["eager_step_us"] = time_steps(
-                model, inputs[:1], device, args.steps, args.repeats
-            )
-            report["static_step_us"] = time_steps(
-                compiled, inputs[:1], device, args.steps, args.repeats
-            )
+        report |= time_eager_and_static(args, model, compiled, inputs[:1])
     return report
+
+
+def time_eager_and_static(
+    args: argparse.Namespace, model: Any, static: Any, inputs: list[Any]
+) -> dict[str, float]:
+    """Per-call time of the eager model and of its static-kernel form, same inputs."""
+    with torch.no_grad():
+        return {
+            "eager_step_us": time_steps(model, inputs, args.device, args.steps, args.repeats),
+            "static_step_us": time_steps(static, inputs, args.device, args.steps, args.repeats),
+        }
 
 
 def child_aot(args: argparse.Namespace) -> dict[str, Any]:
@@ -301,14 +306,7 @@ def child_aot(args: argparse.Namespace) -> dict[str, Any]:
     assert stats["fallbacks"] == 0, f"a graph runs eagerly: {stats}"
     check_static_kernels(kernels, len(batches), second=args.load)
     if args.time_steps:
-        step = functools.partial(fn, model)
-        with torch.no_grad():
-            report["eager_step_us"] = time_steps(
-                model, inputs[:1], device, args.steps, args.repeats
-            )
-            report["static_step_us"] = time_steps(
-                step, inputs[:1], device, args.steps, args.repeats
-            )
+        report |= time_eager_and_static(args, model, functools.partial(fn, model), inputs[:1])
     return report
 
 
