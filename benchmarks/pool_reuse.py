@@ -8,6 +8,10 @@ held by its graph pool(s):
 * ``mode1 shared pool``: two runners (two FX graphs) capture into one ``graph_pool_handle()``.
 * ``mode3 off``: no input buffers in the pool (``clone_input=False``).
 * ``largest alone`` / ``sum of singles``: references.
+* ``out = f(x) loop``: the commonest loop, one shape, the previous ``out`` still referenced
+  during the next call, without and with a step boundary (``npu_mempool.mark_step_begin()``)
+  before each call. Without one the held output forces a second call path and pool; with one
+  the loop should need exactly one graph's memory (``x largest`` = 1.00).
 
 On a CPU-only machine the pool is npu-mempool's emulated arena: its bytes are the static inputs
 and outputs (the arena high-water mark), not the intermediates a device pool also holds.
@@ -64,7 +68,21 @@ def measure(rows: list[int], width: int, device: torch.device) -> dict[str, int]
     first.reset()  # the first FX graph is done: its memory is free for the second
     run_shapes(second, rows[:1], w)
     out["mode1 shared pool, 2 runners in turn"] = pool.nbytes
+    out["out = f(x) loop, no step boundary"] = loop(rows[0], w, mark_steps=False)
+    out["out = f(x) loop, mark_step_begin()"] = loop(rows[0], w, mark_steps=True)
     return out
+
+
+def loop(n: int, w: torch.Tensor, *, mark_steps: bool) -> int:
+    runner = GraphRunner(block, input_kinds=KINDS, options=CaptureOptions(warmup_runs=0))
+    out = None
+    for _ in range(4):
+        if mark_steps:
+            npu_mempool.mark_step_begin()
+        x = torch.randn(n, w.shape[0], device=w.device)
+        out = runner(x, w)  # the previous `out` is still referenced during this call
+        torch.testing.assert_close(out, block(x, w), rtol=1e-3, atol=1e-3)
+    return runner.counters.pool_bytes
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from npu_mempool._devices import graph_implementation, graph_pool_handle
 from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._pool import PoolHandle
 from npu_mempool._runner import GraphRunner
+from npu_mempool._steps import mark_step_begin
 from npu_mempool._version import __version__
 from npu_mempool.errors import (
     CaptureChurnWarning,
@@ -28,6 +29,7 @@ from npu_mempool.errors import (
 __all__ = [
     "__version__",
     "GraphRunner",
+    "mark_step_begin",
     "CaptureOptions",
     "InputKind",
     "graph_pool_handle",

@@ -27,6 +27,7 @@ def capture(
     pool: PoolHandle,
     backend: GraphBackend,
     rewinds: bool,
+    name: str = "",
 ) -> Entry:
     """Capture ``fn(*args)`` into ``pool`` and return its entry.
 
@@ -40,6 +41,7 @@ def capture(
         backend: The device's graph implementation.
         rewinds: Whether the pool is rewound before later captures: its outputs are then
             recorded as pool-owned so a device rewind can neutralise them.
+        name: The runner's name, for messages.
     """
     static_args: list[Any] = list(args)
     structure: list[Output] = []
@@ -111,4 +113,5 @@ def capture(
         leaves=static_leaves,
         owned=owned,
         clone_output=options.clone_output,
+        name=name,
     )

@@ -12,6 +12,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from npu_mempool._devices import Graph
 from npu_mempool._outputs import Output, storage_uses
 from npu_mempool._pool import PoolHandle
+from npu_mempool._steps import StepToken, poison, step_ended, step_token
 from npu_mempool._trace import profiled, profiling
 
 __all__ = ["Entry"]
@@ -29,6 +30,7 @@ class Entry:
         "_clone_output",
         "_copy",
         "_dst",
+        "_handed",
         "_leaves",
         "_owned_at",
         "_ref",
@@ -37,6 +39,7 @@ class Entry:
         "_uses",
         "graph",
         "key",
+        "name",
         "pool",
         "ptrs",
         "storages",
@@ -57,8 +60,10 @@ class Entry:
         leaves: list[Any],
         owned: list[bool],
         clone_output: bool,
+        name: str = "",
     ) -> None:
         self.key = key
+        self.name = name
         self.graph = graph
         self.pool = pool
         # Addresses of the watched inputs (MUTATED, and PARAMETER unless frozen) at capture.
@@ -85,6 +90,9 @@ class Entry:
                 cdata = leaf.untyped_storage()._cdata
                 uses[cdata] = storage_uses(cdata)
         self._uses = tuple(uses.items())
+        # The outputs handed out (weakly) with the step they were handed out in: after a step
+        # boundary they may be taken back (see _steps).
+        self._handed: list[tuple[weakref.ref[torch.Tensor], StepToken]] = []
         self._ref = weakref.ref(self)
 
     def in_use(self) -> bool:
@@ -119,11 +127,49 @@ class Entry:
             for i in self._owned_at:
                 leaves[i] = leaves[i].clone()
         else:
+            token = step_token()
+            handed = self._handed
+            if handed:
+                handed[:] = [h for h in handed if h[0]() is not None]
             for i in self._owned_at:
-                leaves[i] = leaves[i].detach()
+                leaves[i] = out = leaves[i].detach()
+                handed.append((weakref.ref(out), token))
             # The pool must know: its other graphs may not write this memory while it is used.
             self.pool._lent[id(self)] = self._ref
         return self._shape.build(leaves)
+
+    def release_stale(self) -> bool:
+        """Take back outputs of ended steps; return whether the graph's memory is now free.
+
+        Possible only where every use of the memory beyond the runner's own is an output this
+        graph handed out in a step that has ended (:func:`~npu_mempool.mark_step_begin`): those
+        are poisoned (reading one raises :class:`~npu_mempool.StaleOutputError`) and release
+        their storage. A view the caller made of an output, or an output of the current step,
+        keeps the memory in use, and nothing is poisoned.
+        """
+        alive = [(t, token) for ref, token in self._handed if (t := ref()) is not None]
+        if not alive or not all(step_ended(token) for _, token in alive):
+            return False
+        held: dict[int, int] = {}
+        for tensor, _ in alive:
+            cdata = tensor.untyped_storage()._cdata
+            held[cdata] = held.get(cdata, 0) + 1
+        for cdata, mine in self._uses:
+            if storage_uses(cdata) - mine != held.get(cdata, 0):
+                return False  # something else (a view of an output) still uses the memory
+        message = (
+            f"this output of graph {self.name!r} was handed out before a step boundary "
+            "(npu_mempool.mark_step_begin() or torch.compiler.cudagraph_mark_step_begin()) and "
+            "a later replay overwrote it; clone() outputs that must outlive their step"
+        )
+        # torch swaps no tensor that has a weak reference: drop ours first.
+        self._handed.clear()
+        kept = [(tensor, token) for tensor, token in alive if not poison(tensor, message)]
+        if kept:
+            # Held inside autograd's graph, or weakly by the caller: the memory stays in use.
+            self._handed = [(weakref.ref(tensor), token) for tensor, token in kept]
+            return False
+        return not self.in_use()
 
     def alive(self) -> bool:
         """Whether every MUTATED tensor the graph was captured with still exists."""
@@ -158,7 +204,7 @@ def pool_in_use(pool: PoolHandle, but: Entry | None = None) -> bool:
         entry = ref()
         if entry is but:
             continue  # the caller checked it
-        if entry is None or not entry.in_use():
+        if entry is None or not entry.in_use() or entry.release_stale():
             lent.pop(ident, None)
         else:
             busy = True

@@ -258,7 +258,9 @@ class GraphRunner:
             if found is None:
                 self._check_layout(layout, args)
                 return self._miss(path, key, args)
-            if not found.in_use() and not pool_in_use(found.pool, but=found):
+            # After a step boundary, outputs of ended steps give their memory back (_steps).
+            free = not found.in_use() or found.release_stale()
+            if free and not pool_in_use(found.pool, but=found):
                 self._misses.clear()
                 self.counters.replays += 1
                 return found.replay(args)
@@ -340,6 +342,7 @@ class GraphRunner:
                     pool=pool,
                     backend=backend,
                     rewinds=path.rewinds,
+                    name=self.name,
                 )
         except Exception as exc:
             if pool._broken and path.pool is pool:
