@@ -247,3 +247,32 @@ def test_a_transposed_output_keeps_its_strides() -> None:
     out = runner(torch.eye(3))
     assert out.stride() == (1, 3)
     torch.testing.assert_close(out, torch.eye(3))
+
+
+def test_a_graph_captured_while_anothers_outputs_lived_replays_beside_them() -> None:
+    # Two runners share a pool and the second consumes the first's output (the pieces of a
+    # split graph): the second was captured while that output lived, so its memory cannot
+    # overlap it, and it replays beside it instead of taking a second call path.
+    pool = graph_pool_handle("cpu")
+    first = GraphRunner(lambda x: x + 1, options=CaptureOptions(pool=pool))
+    second = GraphRunner(lambda h: h * 3, options=CaptureOptions(pool=pool))
+    for step in range(4):
+        hidden = first(torch.full((8,), float(step)))
+        out = second(hidden)
+        assert out.tolist() == [3.0 * (step + 1)] * 8
+        del hidden, out
+    assert second.counters.recapture_reasons == {}
+    assert (first.num_graphs, second.num_graphs) == (1, 1)
+    assert second.counters.replays == 3
+
+
+def test_a_graph_captured_before_anothers_outputs_lived_still_waits_for_them() -> None:
+    pool = graph_pool_handle("cpu")
+    first = GraphRunner(lambda x: x + 1, options=CaptureOptions(pool=pool))
+    second = GraphRunner(lambda h: h * 3, options=CaptureOptions(pool=pool))
+    first(torch.ones(8))  # captured while nothing of the pool was alive
+    kept = second(torch.ones(8))
+    again = first(torch.full((8,), 2.0))  # `kept` lives: `first` may overlap it
+    assert kept.tolist() == [3.0] * 8
+    assert again.tolist() == [3.0] * 8
+    assert first.counters.recapture_reasons["outputs_in_use"] == 1

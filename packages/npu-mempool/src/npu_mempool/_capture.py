@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from npu_mempool._devices import GraphBackend
-from npu_mempool._entry import Entry, storage_ref
+from npu_mempool._entry import Entry, live_lenders, storage_ref
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions
 from npu_mempool._outputs import Output
@@ -43,6 +43,7 @@ def capture(
             recorded as pool-owned so a device rewind can neutralise them.
         name: The runner's name, for messages.
     """
+    coexists = live_lenders(pool)  # before the capture allocates anything
     static_args: list[Any] = list(args)
     structure: list[Output] = []
     watched = set(layout.watched)
@@ -114,4 +115,5 @@ def capture(
         owned=owned,
         clone_output=options.clone_output,
         name=name,
+        coexists=coexists,
     )

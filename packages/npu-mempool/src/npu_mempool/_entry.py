@@ -28,6 +28,7 @@ class Entry:
     __slots__ = (
         "__weakref__",
         "_clone_output",
+        "_coexists",
         "_copy",
         "_dst",
         "_handed",
@@ -61,9 +62,14 @@ class Entry:
         owned: list[bool],
         clone_output: bool,
         name: str = "",
+        coexists: tuple[weakref.ref[Entry], ...] = (),
     ) -> None:
         self.key = key
         self.name = name
+        # Graphs of the pool whose outputs were alive while this one was captured: its memory
+        # cannot overlap those outputs, so it may replay while they are still in use (the pieces
+        # of one split graph, each fed by the one before, or two runners sharing a pool in turn).
+        self._coexists = coexists
         self.graph = graph
         self.pool = pool
         # Addresses of the watched inputs (MUTATED, and PARAMETER unless frozen) at capture.
@@ -200,15 +206,25 @@ def pool_in_use(pool: PoolHandle, but: Entry | None = None) -> bool:
     if not lent or (but is not None and len(lent) == 1 and id(but) in lent):
         return False  # nothing lent, or only the graph the caller checked itself
     busy = False
+    coexists = but._coexists if but is not None else ()
     for ident, ref in list(lent.items()):
         entry = ref()
         if entry is but:
             continue  # the caller checked it
+        if entry is not None and any(other() is entry for other in coexists):
+            continue  # its live outputs were live when `but` was captured: no overlap
         if entry is None or not entry.in_use() or entry.release_stale():
             lent.pop(ident, None)
         else:
             busy = True
     return busy
+
+
+def live_lenders(pool: PoolHandle) -> tuple[weakref.ref[Entry], ...]:
+    """The graphs of ``pool`` whose handed-out outputs are alive now (before a capture)."""
+    return tuple(
+        ref for ref in pool._lent.values() if (entry := ref()) is not None and entry.in_use()
+    )
 
 
 def _copy_moved(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
