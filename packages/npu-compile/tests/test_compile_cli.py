@@ -124,13 +124,22 @@ def test_demo_grows_the_kv_cache_for_long_generations(capsys: pytest.CaptureFixt
     assert "125 tokens" in capsys.readouterr().out
 
 
+def _nothing_captured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every FX graph falls back to eager, with the message "test says no"."""
+    from npu_compile import FallbackReason, _pipeline
+    from npu_compile._piecewise import Split
+
+    said = Split("x", "aten::x", FallbackReason.MIXED_DEVICES, "test says no")
+    monkeypatch.setattr(_pipeline, "split_points", lambda gm, device, ops: [said])
+    monkeypatch.setattr(_pipeline, "capture_pieces", lambda *args: None)
+
+
 def test_demo_fails_when_nothing_was_captured(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Every FX graph falls back to eager: identical tokens would then prove nothing.
-    from npu_compile import _pipeline
 
-    monkeypatch.setattr(_pipeline, "uncapturable_reason", lambda gm, inputs: "test says no")
+    _nothing_captured(monkeypatch)
     assert main(["demo", "--tokens", "3", "--quiet", "--device", "cpu", *SMALL]) == 1
     captured = capsys.readouterr()
     assert "captured no graph" in captured.err
@@ -138,10 +147,9 @@ def test_demo_fails_when_nothing_was_captured(
 
 
 def test_decode_bench_flags_a_variant_that_fell_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from npu_compile import _pipeline
     from npu_compile._cli.demo_model import DemoConfig
 
-    monkeypatch.setattr(_pipeline, "uncapturable_reason", lambda gm, inputs: "test says no")
+    _nothing_captured(monkeypatch)
     report = _bench.decode_step_bench(
         torch.device("cpu"), steps=1, config=DemoConfig(layers=1, dim=32)
     )

@@ -95,6 +95,15 @@ CASES: dict[FallbackReason, Case] = {
     FallbackReason.HOST_SYNC: (_reads_on_host, (torch.randn(3), torch.tensor([2])), _host_sync),
     FallbackReason.AOT_TRACE_FAILED: (_plus_one, (torch.ones(2),), _aot_fails),
     FallbackReason.EXTERNAL_STATE: (_attends, (torch.ones(2),), _on_a_device),
+    FallbackReason.SPLITTING_OPS: (_plus_one, (torch.ones(2),), _inference),
+}
+
+# With piecewise capture (the default) these graphs are split instead: the whole-graph reasons
+# remain for piecewise=False (and for graphs with no piece worth capturing, test_compile_piecewise).
+_WHOLE_GRAPH = {
+    FallbackReason.MIXED_DEVICES,
+    FallbackReason.HOST_SYNC,
+    FallbackReason.EXTERNAL_STATE,
 }
 
 
@@ -149,6 +158,11 @@ def compile_case(
 
     def run(reason: FallbackReason, config: CompilerConfig | None) -> npu_compile.NpuBackend:
         fn, args, around = CASES[reason]
+        config = config or CompilerConfig()
+        if reason in _WHOLE_GRAPH:
+            config.aclgraph_config.piecewise = False
+        if reason is FallbackReason.SPLITTING_OPS:
+            config.aclgraph_config.splitting_ops = ["aten::add"]  # its only operator
         backend = get_npu_backend(compiler_config=config)
         with around(monkeypatch):
             torch.compile(fn, backend=backend)(*args)
@@ -209,7 +223,11 @@ def test_the_bench_note_names_the_reason(monkeypatch: pytest.MonkeyPatch) -> Non
     from npu_compile import _pipeline
     from npu_compile._cli.bench import decode_step_bench
     from npu_compile._cli.demo_model import DemoConfig
+    from npu_compile._piecewise import Split
 
-    monkeypatch.setattr(_pipeline, "uncapturable_reason", lambda gm, inputs: "test says no")
+    said = Split("x", "aten::x", FallbackReason.MIXED_DEVICES, "test says no")
+    monkeypatch.setattr(_pipeline, "split_points", lambda gm, device, ops: [said])
+    monkeypatch.setattr(_pipeline, "capture_pieces", lambda *args: None)
     report = decode_step_bench(torch.device("cpu"), steps=1, config=DemoConfig(layers=1, dim=32))
-    assert "mixed_devices: test says no" in report.rows[1].note
+    assert "mixed_devices: " in report.rows[1].note
+    assert "test says no" in report.rows[1].note

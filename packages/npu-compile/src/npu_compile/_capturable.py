@@ -8,12 +8,16 @@ from typing import Any
 import torch
 
 __all__ = [
+    "HOST_SYNC_OPS",
     "TRAINING_REASON",
     "devices",
     "external_state_reason",
     "host_sync_reason",
+    "op_name",
+    "op_tags",
     "records_autograd",
     "uncapturable_reason",
+    "unsafe_tag",
 ]
 
 
@@ -50,7 +54,7 @@ def records_autograd(meta: Any, grad_enabled: bool) -> bool:
 def host_sync_reason(fw_gm: torch.fx.GraphModule) -> str | None:
     """Ops that read device values on the host cannot be recorded into a device graph."""
     for node in fw_gm.graph.nodes:
-        if node.op == "call_function" and node.target in _HOST_SYNC_OPS:
+        if node.op == "call_function" and node.target in HOST_SYNC_OPS:
             return (
                 f"node {node.name} ({node.target}) reads a tensor value on the host, which a "
                 "device graph cannot capture; keep the value on the device or move the read "
@@ -59,7 +63,7 @@ def host_sync_reason(fw_gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
-_HOST_SYNC_OPS: frozenset[object] = frozenset(
+HOST_SYNC_OPS: frozenset[object] = frozenset(
     {
         torch.ops.aten._local_scalar_dense.default,
         torch.ops.aten.nonzero.default,
@@ -68,14 +72,16 @@ _HOST_SYNC_OPS: frozenset[object] = frozenset(
 )
 
 
-def _op_name(target: object) -> str:
+def op_name(target: object) -> str:
+    """``namespace::name`` of an operator (an overload or a packet); ``""`` for anything else."""
     schema = getattr(target, "_schema", None)  # an OpOverload
     if schema is not None:
         return str(schema.name)
     return str(getattr(target, "_qualified_op_name", ""))  # an OpOverloadPacket
 
 
-def _tags(target: object) -> tuple[object, ...]:
+def op_tags(target: object) -> tuple[object, ...]:
+    """The ``torch.Tag`` s of an operator (of any overload, for a packet)."""
     tags = getattr(target, "tags", None)  # an OpOverload
     if tags is not None:
         return tuple(tags)
@@ -103,8 +109,8 @@ def external_state_reason(gm: torch.fx.GraphModule, device_type: str) -> str | N
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
-        name = _op_name(node.target)
-        if _UNSAFE_TAG is not None and _UNSAFE_TAG in _tags(node.target):
+        name = op_name(node.target)
+        if _UNSAFE_TAG is not None and _UNSAFE_TAG in op_tags(node.target):
             return (
                 f"node {node.name} ({name}) is declared cudagraph_unsafe by its library (torch's "
                 "tag for ops a device graph cannot replay); run it outside the compiled region"
@@ -117,6 +123,11 @@ def external_state_reason(gm: torch.fx.GraphModule, device_type: str) -> str | N
                 "capture (NPU_COMPILE_VLLM_PLATFORM=1, see docs/serving-vllm.md)"
             )
     return None
+
+
+def unsafe_tag() -> object | None:
+    """The tag ``torch.Tag.cudagraph_unsafe`` (``None`` on a torch without it)."""
+    return _UNSAFE_TAG
 
 
 # torch's own declaration that an op must not be captured (Inductor partitions around it); absent

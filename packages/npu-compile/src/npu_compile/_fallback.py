@@ -28,7 +28,10 @@ class FallbackReason(enum.StrEnum):
             which a device graph cannot record.
         AOT_TRACE_FAILED: AOT autograd could not trace the graph.
         EXTERNAL_STATE: An operator reads per-step state from outside the graph's inputs
-            (vLLM's attention metadata on a device), which a replay would reuse stale.
+            (vLLM's attention metadata on a device), or is tagged
+            ``torch.Tag.cudagraph_unsafe``, which a replay would reuse stale.
+        SPLITTING_OPS: Every operator worth capturing is named in
+            ``aclgraph_config.splitting_ops``, so no piece is left to capture.
     """
 
     MIXED_DEVICES = "mixed_devices"
@@ -36,6 +39,7 @@ class FallbackReason(enum.StrEnum):
     HOST_SYNC = "host_sync"
     AOT_TRACE_FAILED = "aot_trace_failed"
     EXTERNAL_STATE = "external_state"
+    SPLITTING_OPS = "splitting_ops"
 
 
 class Fallback(NamedTuple):

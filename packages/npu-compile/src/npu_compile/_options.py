@@ -150,6 +150,34 @@ def int_list_or_none(path: str, value: object) -> tuple[int, ...] | None:
     raise ConfigError(f"{path} must be None or a list of ints, got {_describe(value)}")
 
 
+def op_names(path: str, value: object) -> tuple[str, ...]:
+    """A list of operator names ``"namespace::name"`` (``"aten::softmax"``), stored as a tuple."""
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(v, str) and "::" in v and v.split("::", 1)[1] for v in value
+    ):
+        return tuple(value)
+    raise ConfigError(
+        f"{path} must be a list of operator names such as 'aten::softmax' or "
+        f"'vllm::unified_attention', got {_describe(value)}"
+    )
+
+
+def sizes_or_none(path: str, value: object) -> tuple[int, ...] | None:
+    """``None`` or positive ints, stored sorted and without repeats."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
+        return tuple(sorted(set(value)))
+    raise ConfigError(
+        f"{path} must be None or a non-empty list of positive ints (the batch sizes to capture), "
+        f"got {_describe(value)}"
+    )
+
+
 def dict_or_none(path: str, value: object) -> object:
     """``None`` or a ``dict`` (stored as a copy)."""
     if value is None:

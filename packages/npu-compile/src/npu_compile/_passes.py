@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -210,6 +211,17 @@ def _shape_env(example_inputs: Sequence[Any]) -> Any:
     return getattr(fake_mode, "shape_env", None)
 
 
+class _QuietThread(logging.Filter):
+    """Drops the warnings of one thread (another thread compiling meanwhile keeps its own)."""
+
+    def __init__(self, thread: int) -> None:
+        super().__init__()
+        self.thread = thread
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self.thread or record.levelno > logging.WARNING
+
+
 @contextlib.contextmanager
 def _no_new_guards(shape_env: Any) -> Iterator[None]:
     """Within the block, a guard on a symbolic size raises instead of being recorded.
@@ -226,11 +238,18 @@ def _no_new_guards(shape_env: Any) -> Iterator[None]:
     if error_on_new_guards is not None:
         from torch.fx.experimental.symbolic_shapes import _ShapeEnvGuardError
 
+        # torch logs a warning for the refused guard before it raises; the refusal is this
+        # function's purpose, and the skip is logged (at debug level) by the caller.
+        shapes_log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+        quiet = _QuietThread(threading.get_ident())
+        shapes_log.addFilter(quiet)
         try:
             with error_on_new_guards():
                 yield
         except _ShapeEnvGuardError as error:
             raise _WouldSpecialize(str(error)) from None
+        finally:
+            shapes_log.removeFilter(quiet)
         return
     # Older torch: a frozen ShapeEnv ignores new guards and counts them; any count is a refusal.
     counter = shape_env.counter

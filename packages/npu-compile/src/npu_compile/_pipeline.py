@@ -32,6 +32,8 @@ from npu_compile._device import device_of
 from npu_compile._fallback import FallbackReason
 from npu_compile._inputs import guarded_by_dynamo, input_kinds, runner_is_whole_call
 from npu_compile._lowering import capture_options, specialized_per_shape, specializer
+from npu_compile._padding import plan_padding
+from npu_compile._piecewise import Split, graph_device, piecewise, split_points
 from npu_compile._summary import write_fx_summary
 from npu_compile._tensorify import tensorify_int_inputs
 from npu_compile.configs.compiler_config import CompilerConfig
@@ -128,15 +130,18 @@ def compile_graph(
     from torch._guards import TracingContext
 
     name = f"npu_compile_{next(_graph_ids)}"
-    # The only check before AOT today is the one on device types (see _capturable).
-    mixed = uncapturable_reason(gm, example_inputs)
-    if mixed is not None:
-        return _fallback(gm, name, FallbackReason.MIXED_DEVICES, mixed, config, stats)
-
-    device = device_of(*example_inputs)
-    external = external_state_reason(gm, device.type)
-    if external is not None:
-        return _fallback(gm, name, FallbackReason.EXTERNAL_STATE, external, config, stats)
+    split = bool(config.aclgraph_config.piecewise)
+    if split:
+        # What cannot be captured is split out of the AOT graph below, node by node.
+        device = graph_device(example_inputs)
+    else:
+        mixed = uncapturable_reason(gm, example_inputs)
+        if mixed is not None:
+            return _fallback(gm, name, FallbackReason.MIXED_DEVICES, mixed, config, stats)
+        device = device_of(*example_inputs)
+        external = external_state_reason(gm, device.type)
+        if external is not None:
+            return _fallback(gm, name, FallbackReason.EXTERNAL_STATE, external, config, stats)
     config = _compat.resolve_pool(config, example_inputs)
     decompositions = decompositions or {}
     # The grad mode of the call being compiled (AOT compiles the forward graph without grad).
@@ -169,7 +174,9 @@ def compile_graph(
             return artifact(fw_gm, forward_of(fw_gm), capture=False, fallback=plan.fallback)
         fw_gm = _passes.run_post_grad_passes(fw_gm, example_inputs, config, name)
         prepared = prepare_for_capture(fw_gm)
-        host_sync = host_sync_reason(prepared)
+        splitting_ops = config.aclgraph_config.splitting_ops
+        splits = split_points(prepared, device, splitting_ops) if split else []
+        host_sync = None if split else host_sync_reason(prepared)
         if host_sync is not None:
             plan.fallback = (FallbackReason.HOST_SYNC, host_sync)
             return artifact(prepared, forward_of(prepared), capture=False, fallback=plan.fallback)
@@ -185,8 +192,23 @@ def compile_graph(
         )
         # Ints that decide no shape become device scalars: one graph for all their values. Before
         # the reinplacing in finish(), which would otherwise keep the int arithmetic apart.
-        tensorified = None if eager else tensorify_int_inputs(prepared, example_inputs)
-        _passes.finish(prepared, example_inputs, config, name)
+        sizes = config.aclgraph_config.capture_sizes
+        padding = (
+            plan_padding(prepared, example_inputs, kinds, sizes, name)
+            if sizes and not eager and not splits
+            else None
+        )
+        # A padded graph keeps its ints as ints: the padding raises the batch size among them.
+        tensorified = (
+            None if eager or splits or padding else tensorify_int_inputs(prepared, example_inputs)
+        )
+        finishing = config
+        if splits:
+            # A piece gets the tensors made between pieces as copied inputs: an op reinplaced
+            # onto one would write the copy, not the tensor later pieces read.
+            finishing = config.copy()
+            finishing.debug.aclgraph.disable_reinplace_inplaceable_ops_pass = True
+        _passes.finish(prepared, example_inputs, finishing, name)
         write_fx_summary(prepared, config, name)
         if eager:
             stats.eager += 1
@@ -195,6 +217,16 @@ def compile_graph(
             plan.direct = forward
             plan.bypass = bypass
             return artifact(prepared, forward, capture=False)
+        if splits:
+            pieces = capture_pieces(prepared, splits, kinds, config, name, device, stats)
+            if pieces is None:
+                plan.fallback = nothing_to_capture(splits)
+                return artifact(
+                    prepared, forward_of(prepared), capture=False, fallback=plan.fallback
+                )
+            plan.direct = pieces
+            plan.bypass = bypass
+            return artifact(prepared, pieces, kinds=tuple(kinds))
         forward = forward_of(prepared)
         specialize = _passes.filter_specializer(config, specializer(config, prepared), forward)
         replayed = forward
@@ -217,6 +249,8 @@ def compile_graph(
         function = runner_function(
             replayed, prepared, kinds, config, name, device, tensorified, stats, specialize, guarded
         )
+        if padding is not None:
+            function = padding.wrap(function, forward, name)
         plan.direct = function
         plan.bypass = bypass
         return artifact(prepared, function, kinds=tuple(kinds), tensorified=tensorified)
@@ -338,10 +372,16 @@ def rebuild(artifact: GraphArtifact, gm: torch.fx.GraphModule) -> CompiledFn:
     if not artifact.capture:
         loaded_stats.eager += 1
         return eager_forward(gm, config)
+    device = torch.device(artifact.device)
+    if config.aclgraph_config.piecewise:
+        splits = split_points(gm, device, config.aclgraph_config.splitting_ops)
+        if splits:
+            pieces = capture_pieces(gm, splits, artifact.kinds, config, name, device, loaded_stats)
+            if pieces is not None:
+                return pieces
     forward = forward_of(gm)
     specialize = _passes.filter_specializer(config, specializer(config, gm), forward)
-    device = torch.device(artifact.device)
-    return runner_function(
+    function = runner_function(
         forward,
         gm,
         artifact.kinds,
@@ -351,6 +391,51 @@ def rebuild(artifact: GraphArtifact, gm: torch.fx.GraphModule) -> CompiledFn:
         artifact.tensorified,
         loaded_stats,
         specialize,
+    )
+    sizes = config.aclgraph_config.capture_sizes
+    if sizes and artifact.tensorified is None:
+        inputs = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+        padding = plan_padding(gm, inputs, artifact.kinds, sizes, name)
+        if padding is not None:
+            function = padding.wrap(function, forward, name)
+    return function
+
+
+def capture_pieces(
+    gm: torch.fx.GraphModule,
+    splits: list[Split],
+    kinds: Sequence[Any],
+    config: CompilerConfig,
+    name: str,
+    device: torch.device,
+    stats: BackendStats,
+) -> CompiledFn | None:
+    """The graph as captured pieces with its split nodes between them, logged and counted."""
+    made = piecewise(gm, splits, kinds, config, name, device, stats)
+    if made is None:
+        return None
+    split_gm, pieces = made
+    chosen = all(s.reason is FallbackReason.SPLITTING_OPS for s in splits)
+    logger.log(
+        logging.INFO if chosen else logging.WARNING,
+        "FX graph %s captured in %d piece(s); run eagerly between them: %s",
+        name,
+        pieces,
+        "; ".join(s.describe() for s in splits),
+    )
+    stats.captured += 1
+    stats._add_split(name, pieces, tuple(s.describe() for s in splits))
+    _logs.dump_graph(name, split_gm)
+    return forward_of(split_gm)
+
+
+def nothing_to_capture(splits: list[Split]) -> tuple[FallbackReason, str]:
+    """The fallback of a graph whose pieces are all too small to capture."""
+    first = splits[0]
+    where = "; ".join(s.describe() for s in splits)
+    return (
+        first.reason,
+        f"no piece worth capturing is left around the nodes that must run eagerly: {where}",
     )
 
 

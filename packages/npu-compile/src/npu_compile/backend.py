@@ -54,6 +54,11 @@ class BackendStats:
         fallback_reasons: The :class:`FallbackReason` of each graph in ``fallbacks``, by graph
             name (``collections.Counter(stats.fallback_reasons.values())`` counts them per
             reason).
+        piecewise: FX graphs captured in pieces, split around operators that run eagerly
+            (counted in ``captured`` too).
+        pieces: Pieces captured, summed over those graphs; each has a runner in ``runners``,
+            named ``<graph>.piece<i>``.
+        splits: For each graph captured in pieces, the nodes run eagerly between them and why.
     """
 
     fx_graphs: int = 0
@@ -61,6 +66,9 @@ class BackendStats:
     eager: int = 0
     fallbacks: list[Fallback] = field(default_factory=list)
     fallback_reasons: dict[str, FallbackReason] = field(default_factory=dict)
+    piecewise: int = 0
+    pieces: int = 0
+    splits: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Weak: a runner (and its graph pool) must die with the compiled code that uses it, not live
     # on in the statistics of a long-lived backend such as the one behind backend="npu_compile".
     _runner_refs: list[weakref.ref[GraphRunner]] = field(default_factory=list, repr=False)
@@ -81,6 +89,11 @@ class BackendStats:
         self.fallbacks.append(Fallback(graph, message))
         self.fallback_reasons[graph] = reason
 
+    def _add_split(self, graph: str, pieces: int, splits: tuple[str, ...]) -> None:
+        self.piecewise += 1
+        self.pieces += pieces
+        self.splits[graph] = splits
+
     def snapshot(self) -> dict[str, Any]:
         """The counts as a plain dict (``fallbacks`` as a count; the reasons stay on the object)."""
         return {
@@ -88,6 +101,8 @@ class BackendStats:
             "captured": self.captured,
             "eager": self.eager,
             "fallbacks": len(self.fallbacks),
+            "piecewise": self.piecewise,
+            "pieces": self.pieces,
         }
 
     @contextlib.contextmanager

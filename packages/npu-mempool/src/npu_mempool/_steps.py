@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -85,7 +85,7 @@ _METADATA: frozenset[Callable[..., Any]] = frozenset(
     {
         torch.Tensor.shape.__get__,  # type: ignore[attr-defined]
         torch.Tensor.dtype.__get__,  # type: ignore[attr-defined]
-        torch.Tensor.device.__get__,  # type: ignore[attr-defined]
+        torch.Tensor.device.__get__,
         torch.Tensor.ndim.__get__,  # type: ignore[attr-defined]
         torch.Tensor.requires_grad.__get__,  # type: ignore[attr-defined]
         torch.Tensor.size,
@@ -102,11 +102,10 @@ class StaleTensor(torch.Tensor):
     """
 
     _message: str
-    __slots__: ClassVar[tuple[str, ...]] = ()
 
     @staticmethod
     def __new__(cls, like: torch.Tensor, message: str) -> StaleTensor:
-        stale: StaleTensor = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
+        stale: StaleTensor = torch.Tensor._make_wrapper_subclass(
             cls,
             like.shape,
             strides=like.stride(),
@@ -131,7 +130,7 @@ class StaleTensor(torch.Tensor):
         raise _error(args, kwargs)
 
     @classmethod
-    def __torch_dispatch__(
+    def __torch_dispatch__(  # type: ignore[override]
         cls,
         func: Callable[..., Any],
         types: Any,
@@ -160,7 +159,7 @@ def poison(tensor: torch.Tensor, message: str) -> bool:
     held inside autograd's graph, so its memory is not the runner's to take.
     """
     try:
-        torch.utils.swap_tensors(tensor, StaleTensor(tensor, message))
+        torch.utils.swap_tensors(tensor, StaleTensor(tensor, message))  # type: ignore[no-untyped-call]
     except RuntimeError:
         return False
     return True

@@ -23,12 +23,14 @@ from npu_compile._options import (
     int_list_or_none,
     int_range,
     matches,
+    op_names,
     optional_bool,
     optional_choice,
     optional_int_range,
     optional_path,
     pool_handle,
     real_path,
+    sizes_or_none,
     str_or_none,
 )
 from npu_compile.errors import ConfigError, UnknownOptionError
@@ -50,7 +52,7 @@ _EXPORT_INTERNAL = "dynamo_export sets it itself; set dynamo_export's arguments 
 
 
 class AclGraphConfig(_Node):
-    """``aclgraph_config``: where captured graphs take their memory.
+    """``aclgraph_config``: where captured graphs take their memory, and what they capture.
 
     Attributes:
         use_custom_pool: A pool every graph compiled with this config captures into, across FX
@@ -58,9 +60,27 @@ class AclGraphConfig(_Node):
             ``torch.npu.graph_pool_handle()`` / ``torch.cuda.graph_pool_handle()`` returns (the
             same tuple means the same pool). Setting it turns pool reuse inside one FX graph
             (mode 2) off. ``None`` (default): one pool per FX graph.
+        piecewise: Split a graph around the operators that cannot be captured on its device
+            (host syncs such as ``.item()``, operators on another device, operators tagged
+            ``torch.Tag.cudagraph_unsafe``) and around ``splitting_ops``; capture the pieces into
+            one pool and run those operators eagerly between them (npu-compile extension;
+            default ``True``). ``False``: such a graph runs eagerly as a whole.
+        splitting_ops: Operators to leave out of the captured pieces and run eagerly, by name
+            (``"aten::softmax"``, ``"vllm::unified_attention"``), as vLLM's ``splitting_ops``
+            (npu-compile extension; default none).
+        capture_sizes: Batch sizes to capture, as vLLM's ``cudagraph_capture_sizes``
+            (npu-compile extension; default ``None``: one graph per size seen). With a list, a
+            graph with a dynamic batch dimension (the first dynamic dimension of its inputs)
+            pads each call up to the nearest listed size, replays, and slices the outputs
+            back; a larger batch runs eagerly. The first call captures every listed size,
+            largest first, into one pool. Padding is correct only where the rows are
+            independent: a graph that reduces over the batch dimension is refused.
     """
 
     use_custom_pool = _Option[object](None, pool_handle, "shared pool (mode 1)")
+    piecewise = _Option(True, boolean, "split around operators that cannot be captured")
+    splitting_ops = _Option[tuple[str, ...]]((), op_names, "operators run eagerly between pieces")
+    capture_sizes = _Option[tuple[int, ...] | None](None, sizes_or_none, "batch sizes to capture")
 
 
 class AclGraphDebugConfig(_Node):

@@ -1,0 +1,238 @@
+"""Piecewise capture: split an FX graph around what cannot be captured, capture the pieces.
+
+A graph with one operator a device graph cannot hold (a host sync such as ``.item()``, an
+operator on another device, one tagged ``torch.Tag.cudagraph_unsafe``) used to run eagerly as a
+whole. Instead, the AOT forward graph is split at those operators (and at the operators the user
+names in ``aclgraph_config.splitting_ops``, as vLLM's ``splitting_ops``): each run of capturable
+operators between them becomes a piece with a graph runner of its own, and the split operators run
+eagerly between the pieces. All pieces of one graph capture into one pool; a piece captured while
+the outputs of the pieces before it were alive replays beside them (npu-mempool's coexistence
+rule), so the pieces of one call do not push each other onto second call paths.
+
+The CPU emulation applies the same rules as a device, so splitting is tested without one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import operator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from npu_compile._capturable import HOST_SYNC_OPS, op_name, op_tags, unsafe_tag
+from npu_compile._fallback import FallbackReason
+
+if TYPE_CHECKING:
+    from npu_compile.backend import BackendStats
+    from npu_compile.configs.compiler_config import CompilerConfig
+
+__all__ = ["Split", "graph_device", "piecewise", "split_points"]
+
+logger = logging.getLogger("npu_compile")
+
+#: Operators that compute nothing: a piece made only of these is not worth a graph.
+_FREE_OPS = frozenset(
+    {
+        operator.getitem,
+        torch.ops.aten.view.default,
+        torch.ops.aten._unsafe_view.default,
+        torch.ops.aten.reshape.default,
+        torch.ops.aten.expand.default,
+        torch.ops.aten.permute.default,
+        torch.ops.aten.t.default,
+        torch.ops.aten.transpose.int,
+        torch.ops.aten.unsqueeze.default,
+        torch.ops.aten.squeeze.dim,
+        torch.ops.aten.slice.Tensor,
+        torch.ops.aten.select.int,
+        torch.ops.aten.alias.default,
+        torch.ops.aten.detach.default,
+        torch.ops.aten.sym_size.int,
+    }
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Why one node runs eagerly between pieces."""
+
+    node: str
+    op: str
+    reason: FallbackReason
+    why: str
+
+    def describe(self) -> str:
+        return f"{self.node} ({self.op}: {self.why})"
+
+
+def graph_device(example_inputs: Sequence[object]) -> torch.device:
+    """The device a graph is captured on: its accelerator if it has one, else the CPU.
+
+    A graph that mixes a device with CPU (or meta) tensors is captured on the device, and the
+    nodes on the other devices run eagerly.
+    """
+    devices = [x.device for x in example_inputs if isinstance(x, torch.Tensor)]
+    for device in devices:
+        if device.type not in ("cpu", "meta"):
+            return device
+    return torch.device("cpu")
+
+
+def split_points(
+    gm: torch.fx.GraphModule, device: torch.device, splitting_ops: Sequence[str]
+) -> list[Split]:
+    """The nodes of an AOT forward graph that must run outside device graphs, in graph order."""
+    named = set(splitting_ops)
+    splits: list[Split] = []
+    eager: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if target is operator.getitem and node.args and node.args[0] in eager:
+            eager.add(node)  # an element of an eager node's tuple result goes with it
+            continue
+        split = _why(node, device, named)
+        if split is not None:
+            splits.append(split)
+            eager.add(node)
+    return splits
+
+
+def _why(node: torch.fx.Node, device: torch.device, named: set[str]) -> Split | None:
+    target = node.target
+    name = op_name(target)
+    overload = getattr(target, "_overloadname", "")
+    if name in named or (overload and f"{name}.{overload}" in named):
+        return Split(node.name, name, FallbackReason.SPLITTING_OPS, "named in splitting_ops")
+    if target in HOST_SYNC_OPS:
+        return Split(node.name, name, FallbackReason.HOST_SYNC, "reads a tensor value on the host")
+    if node.meta.get("unbacked_bindings"):
+        # It makes a size no trace knew (boolean-mask indexing, unique): the host waits for it.
+        return Split(
+            node.name, name, FallbackReason.HOST_SYNC, "its output size depends on tensor values"
+        )
+    if unsafe_tag() is not None and unsafe_tag() in op_tags(target):
+        return Split(
+            node.name, name, FallbackReason.EXTERNAL_STATE, "tagged torch.Tag.cudagraph_unsafe"
+        )
+    if device.type != "cpu" and name.startswith("vllm::") and "attention" in name:
+        return Split(
+            node.name, name, FallbackReason.EXTERNAL_STATE, "reads vLLM's per-step metadata"
+        )
+    other = _other_device(node, device)
+    if other is not None:
+        return Split(node.name, name, FallbackReason.MIXED_DEVICES, f"runs on {other}")
+    return None
+
+
+def _other_device(node: torch.fx.Node, device: torch.device) -> str | None:
+    values: list[object] = [node.meta.get("val")]
+    for arg in (*node.args, *node.kwargs.values()):
+        if isinstance(arg, torch.fx.Node):
+            values.append(arg.meta.get("val"))
+        elif isinstance(arg, (list, tuple)):
+            values.extend(a.meta.get("val") for a in arg if isinstance(a, torch.fx.Node))
+    for value in values:
+        for tensor in value if isinstance(value, (list, tuple)) else (value,):
+            # Even a 0-d CPU tensor: a device graph would keep the value it read at capture.
+            if isinstance(tensor, torch.Tensor) and tensor.device.type != device.type:
+                return str(tensor.device)
+    return None
+
+
+def _worth_capturing(gm: torch.fx.GraphModule) -> bool:
+    return any(
+        node.op == "call_function" and node.target not in _FREE_OPS for node in gm.graph.nodes
+    )
+
+
+def piecewise(
+    gm: torch.fx.GraphModule,
+    splits: list[Split],
+    kinds: Sequence[Any],
+    config: CompilerConfig,
+    name: str,
+    device: torch.device,
+    stats: BackendStats,
+) -> tuple[torch.fx.GraphModule, int] | None:
+    """``gm`` with its capturable runs replaced by graph runners, or ``None`` if none is worth it.
+
+    Args:
+        gm: The AOT forward graph after every pass.
+        splits: Its split points (:func:`split_points`), not empty.
+        kinds: The input class of each of ``gm``'s placeholders.
+        config: The backend's options.
+        name: The FX graph's name; pieces are named ``<name>.piece<i>``.
+        device: The device the pieces capture on.
+        stats: Where the piece runners are registered.
+
+    Returns:
+        A GraphModule taking ``gm``'s inputs, which calls the pieces' runners and the split nodes
+        in order, and the number of pieces.
+    """
+    from npu_mempool import GraphRunner, InputKind, graph_pool_handle
+    from torch.fx.passes.split_module import split_module
+
+    from npu_compile._lowering import capture_options
+    from npu_compile._pipeline import forward_of
+
+    eager_nodes = {s.node for s in splits}
+    partition_of: dict[str, int] = {}
+    eager_partitions: set[int] = set()
+    current = 0
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        source = node.args[0] if node.target is operator.getitem and node.args else None
+        if isinstance(source, torch.fx.Node) and source.name in eager_nodes:
+            partition_of[node.name] = partition_of[source.name]
+        elif node.name in eager_nodes:
+            # A partition of its own: split_module names it submod_<id>.
+            current += 1
+            partition_of[node.name] = current
+            eager_partitions.add(current)
+            current += 1
+        else:
+            partition_of[node.name] = current
+
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    kind_of = dict(zip(placeholders, kinds, strict=True))
+    split = split_module(gm, gm, lambda node: partition_of[node.name], keep_original_order=True)
+    options = capture_options(config)
+    if options.pool is None:
+        # One pool for every piece of this graph.
+        options = dataclasses.replace(options, pool=graph_pool_handle(device))
+    pieces = 0
+    for node in list(split.graph.nodes):
+        if node.op != "call_module":
+            continue
+        submodule = getattr(split, str(node.target))
+        eager = str(node.target) in {f"submod_{p}" for p in eager_partitions}
+        if eager or not _worth_capturing(submodule):
+            continue
+        piece_kinds = [
+            kind_of.get(arg.name, InputKind.USER)
+            if isinstance(arg, torch.fx.Node) and arg.op == "placeholder"
+            else InputKind.USER
+            for arg in node.args
+        ]
+        runner = GraphRunner(
+            forward_of(submodule),
+            input_kinds=piece_kinds,
+            options=options,
+            name=f"{name}.piece{pieces}",
+        )
+        stats._add_runner(runner)
+        attribute = str(node.target)
+        node.op = "call_function"
+        node.target = runner.as_function()
+        delattr(split, attribute)
+        pieces += 1
+    if pieces == 0:
+        return None
+    split.recompile()
+    return split, pieces

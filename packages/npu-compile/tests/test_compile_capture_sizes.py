@@ -1,0 +1,153 @@
+"""Capture sizes: batches padded up to a listed size, graphs = listed sizes, one pool."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import npu_compile
+import pytest
+import torch
+from npu_compile import CompilerConfig, get_npu_backend
+
+SERVING_LOOP = (1, 4, 2, 8, 3, 1)
+
+
+@pytest.fixture(autouse=True)
+def no_size_one_specialisation() -> Iterator[None]:
+    # Dynamo specialises a size of 1 unless told not to; serving engines (vLLM) ask the same.
+    import torch.fx.experimental._config as fx_config
+
+    with fx_config.patch(backed_size_oblivious=True):
+        yield
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+
+
+def _compiled(
+    model: torch.nn.Module, sizes: list[int] | None
+) -> tuple[torch.nn.Module, npu_compile.NpuBackend]:
+    config = CompilerConfig()
+    config.aclgraph_config.capture_sizes = sizes
+    backend = get_npu_backend(compiler_config=config)
+    return torch.compile(model, backend=backend, dynamic=True), backend
+
+
+def test_a_serving_loop_replays_one_graph_per_listed_size() -> None:
+    model = _mlp()
+    compiled, backend = _compiled(model, [1, 2, 4, 8])
+    with torch.no_grad():
+        for batch in SERVING_LOOP:
+            npu_compile.mark_step_begin()  # the previous step's output may be overwritten
+            x = torch.randn(batch, 64)
+            got = compiled(x)
+            assert got.shape == (batch, 64)
+            torch.testing.assert_close(got, model(x))
+    (runner,) = backend.stats.runners
+    assert runner.num_graphs == 4
+    assert runner.counters.captures == 4
+    assert backend.stats.fallbacks == []
+    # Largest first into one pool: about the largest size's memory, not the sum.
+    largest, largest_backend = _compiled(model, [8])
+    with torch.no_grad():
+        largest(torch.randn(8, 64))
+    (alone,) = largest_backend.stats.runners
+    assert runner.counters.pool_bytes <= 1.25 * alone.counters.pool_bytes
+
+
+def test_the_first_call_captures_every_size() -> None:
+    compiled, backend = _compiled(_mlp(), [2, 4, 8])
+    with torch.no_grad():
+        compiled(torch.randn(3, 64))
+    (runner,) = backend.stats.runners
+    assert runner.num_graphs == 3
+
+
+def test_a_larger_batch_runs_eagerly_with_one_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    model = _mlp()
+    compiled, backend = _compiled(model, [2, 4])
+    with caplog.at_level(logging.INFO, logger="npu_compile"), torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(6, 64)
+            torch.testing.assert_close(compiled(x), model(x))
+    lines = [r.getMessage() for r in caplog.records if "larger than the largest" in r.getMessage()]
+    assert len(lines) == 1
+    assert "batch size 6" in lines[0]
+    (runner,) = backend.stats.runners
+    assert runner.num_graphs == 2  # the first call still captured every listed size
+
+
+class _Centred(torch.nn.Module):
+    """Subtracts the batch mean: row ``i`` depends on every other row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.linear(x)
+        return h - h.mean(dim=0, keepdim=True)
+
+
+def test_a_reduction_over_the_batch_dimension_is_refused() -> None:
+    compiled, _ = _compiled(_Centred(), [2, 4])
+    with (
+        pytest.raises(Exception, match="reduces over the batch dimension") as info,
+        torch.no_grad(),
+    ):
+        compiled(torch.randn(3, 8))
+    error = getattr(info.value, "inner_exception", info.value)
+    assert isinstance(error, npu_compile.ConfigError)
+
+
+def test_a_static_graph_is_captured_as_before() -> None:
+    model = _mlp()
+    config = CompilerConfig()
+    config.aclgraph_config.capture_sizes = [4, 8]
+    backend = get_npu_backend(compiler_config=config)
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    with torch.no_grad():
+        x = torch.randn(3, 64)
+        torch.testing.assert_close(compiled(x), model(x))
+    (runner,) = backend.stats.runners
+    assert runner.num_graphs == 1
+
+
+def test_capture_sizes_are_validated() -> None:
+    config = CompilerConfig()
+    for wrong in ([], [0, 2], [2, "4"], 8):
+        with pytest.raises(npu_compile.ConfigError, match="capture_sizes"):
+            config.aclgraph_config.capture_sizes = wrong
+    config.aclgraph_config.capture_sizes = [8, 1, 4, 4]
+    assert config.aclgraph_config.capture_sizes == (1, 4, 8)
+
+
+def test_a_padded_hf_decoder_equals_eager() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    compile_config = CompilerConfig()
+    compile_config.aclgraph_config.capture_sizes = [1, 2, 4, 8]
+    backend = get_npu_backend(compiler_config=compile_config)
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for batch in SERVING_LOOP:
+            npu_compile.mark_step_begin()
+            ids = torch.randint(0, 64, (batch, 5))
+            got = compiled(input_ids=ids).logits
+            torch.testing.assert_close(got, model(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
+    assert backend.stats.fallbacks == []
+    runners = backend.stats.runners
+    assert sum(runner.num_graphs for runner in runners) == 4 * len(runners)
