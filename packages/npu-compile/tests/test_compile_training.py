@@ -179,6 +179,24 @@ def test_held_losses_and_gradients_are_never_overwritten() -> None:
     assert forward.num_paths == backward.num_paths == 5  # each step's outputs are still held
 
 
+def test_loss_alive_through_the_next_forward_alternates_two_forward_paths() -> None:
+    model, reference = _pair()
+    backend = get_npu_backend()
+    compiled = torch.compile(model, backend=backend)
+    for step in range(5):
+        model.zero_grad()
+        reference.zero_grad()
+        loss = compiled(*_batch(step))  # the previous step's loss is alive during this call
+        loss.backward()
+        eager_loss = reference(*_batch(step))
+        eager_loss.backward()
+        torch.testing.assert_close(loss, eager_loss)
+        _assert_same(model, reference)
+    forward, backward = _runners(backend)
+    assert (forward.num_paths, backward.num_paths) == (2, 1)
+    assert forward.counters.captures == 2
+
+
 def test_gradients_kept_by_zero_grad_without_set_to_none_accumulate_right() -> None:
     model, reference = _pair()
     backend = get_npu_backend()

@@ -62,11 +62,11 @@ def runner_is_whole_call(meta: Any, fw_gm: torch.fx.GraphModule, n_inputs: int) 
     """Whether AOT's runtime wrapper would do nothing but call the compiled graph.
 
     Then the backend returns the graph runner itself and skips the wrapper (about 11 µs per call
-    on CPU). Never for a training graph (an output requires grad): it runs inside AOT's
-    ``autograd.Function``, which records the graph for the backward. That holds in inference
-    when every input mutation is inside the graph, no output
+    on CPU). That holds in inference when every input mutation is inside the graph, no output
     aliases an input or an intermediate, there are no effect tokens, no tensor subclasses, no
-    functionalised RNG, and AOT did not deduplicate inputs.
+    functionalised RNG, and AOT did not deduplicate inputs. Never for a training graph (an
+    output requires grad): AOT's wrapper is the ``autograd.Function`` that records it for the
+    backward.
     """
     try:
         placeholders = sum(1 for node in fw_gm.graph.nodes if node.op == "placeholder")

@@ -12,9 +12,9 @@ has run; the gradients the backward hands out may be stolen by ``AccumulateGrad`
 ``param.grad`` and so stay in graph memory until the optimizer's ``zero_grad``. Both are outputs
 the runners track (``npu_mempool``'s [Note: output liveness]): a call whose graph's outputs are
 still held (a loss kept from the previous step, gradients kept with ``zero_grad(set_to_none=
-False)``) replays on a second call path instead of overwriting them. A loop that drops the loss
-before the next forward and lets ``zero_grad`` free the gradients uses one call path for each of
-the two graphs.
+False)``) replays on a second call path instead of overwriting them. A loop that holds no graph
+output across steps and lets ``zero_grad`` free the gradients uses one call path for each of the
+two graphs.
 
 Backward graphs get neither the post-grad passes nor static kernels (the forward keeps both;
 neither has been validated on backward graphs), and every input is copied into the graph's own
