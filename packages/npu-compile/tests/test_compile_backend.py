@@ -175,24 +175,33 @@ def test_run_eagerly_runs_the_pipeline_without_capture(runner_spy: list[dict[str
     assert runner_spy == []
 
 
-def test_autograd_graph_falls_back_with_one_logged_reason(
+def test_autograd_graph_is_captured_forward_and_backward(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # A training graph with an in-place buffer update: captured, forward and backward, silently.
     model, reference = _pair()
     backend = get_npu_backend()
     compiled = torch.compile(model, backend=backend)
-    x, pos = torch.randn(2, 4), torch.tensor([0, 1])
-    with (
-        caplog.at_level(logging.WARNING, logger="npu_compile"),
-        npu_mempool.counters.expect(captures=0),
-    ):
+    pos = torch.tensor([0, 1])
+    with caplog.at_level(logging.WARNING, logger="npu_compile"):
         for _ in range(3):
-            torch.testing.assert_close(compiled(x, pos), reference(x, pos))
-    records = [r for r in caplog.records if r.name == "npu_compile"]
-    assert len(records) == 1
-    assert "torch.no_grad()" in records[0].getMessage()
-    assert len(backend.stats.fallbacks) == 1
-    assert backend.stats.runners == []
+            x = torch.randn(2, 4)
+            model.zero_grad()
+            reference.zero_grad()
+            out, expected = compiled(x, pos), reference(x, pos)
+            torch.testing.assert_close(out, expected)
+            out.pow(2).sum().backward()
+            expected.pow(2).sum().backward()
+            for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(got.grad, want.grad)
+            torch.testing.assert_close(model.cache, reference.cache)
+            del out  # else held through the next call, which then takes a second call path
+    assert [r for r in caplog.records if r.name == "npu_compile"] == []
+    assert backend.stats.fallbacks == []
+    forward, backward = backend.stats.runners
+    assert backward.name == forward.name + "_backward"
+    for runner in (forward, backward):
+        assert (runner.counters.captures, runner.counters.replays) == (1, 2)
 
 
 def test_host_sync_in_graph_falls_back(caplog: pytest.LogCaptureFixture) -> None:
@@ -214,12 +223,18 @@ def test_host_sync_in_graph_falls_back(caplog: pytest.LogCaptureFixture) -> None
 
 
 def test_strict_raises_instead_of_falling_back() -> None:
+    def fn(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        return x.repeat(int(n.max().item()))  # a host read: uncapturable
+
     config = CompilerConfig()
     config.debug.aclgraph.strict = True
-    model, _ = _pair()
-    compiled = torch.compile(model, backend=get_npu_backend(compiler_config=config))
-    with pytest.raises(Exception, match=r"debug\.aclgraph\.strict") as info:
-        compiled(torch.randn(1, 4), torch.tensor([0]))
+    compiled = torch.compile(fn, backend=get_npu_backend(compiler_config=config))
+    with (
+        torch._dynamo.config.patch(capture_scalar_outputs=True),
+        torch.no_grad(),
+        pytest.raises(Exception, match=r"debug\.aclgraph\.strict") as info,
+    ):
+        compiled(torch.randn(3), torch.tensor([2]))
     # Dynamo wraps backend errors in BackendCompilerFailed and keeps ours as inner_exception.
     assert isinstance(getattr(info.value, "inner_exception", info.value), BackendError)
 

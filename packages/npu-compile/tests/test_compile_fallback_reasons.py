@@ -24,8 +24,15 @@ def _inference(monkeypatch: pytest.MonkeyPatch) -> Any:
     return torch.no_grad()
 
 
-def _with_grad(monkeypatch: pytest.MonkeyPatch) -> Any:
-    return torch.enable_grad()
+def _saved_with_grad(monkeypatch: pytest.MonkeyPatch) -> Any:
+    # A training graph while torch bundles AOT autograd's result to save it (its AOT compile):
+    # the saved artifact holds no backward graph. Other training graphs are captured.
+    from torch._functorch import config as functorch_config
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(functorch_config.patch(bundled_autograd_cache=True))
+    stack.enter_context(torch.enable_grad())
+    return stack
 
 
 def _host_sync(monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -91,7 +98,7 @@ CASES: dict[FallbackReason, Case] = {
         (torch.ones(2), torch.ones(2, device="meta")),
         _mixed_devices,
     ),
-    FallbackReason.TRAINING: (_LINEAR, (torch.ones(1, 2),), _with_grad),
+    FallbackReason.TRAINING: (_LINEAR, (torch.ones(1, 2),), _saved_with_grad),
     FallbackReason.HOST_SYNC: (_reads_on_host, (torch.randn(3), torch.tensor([2])), _host_sync),
     FallbackReason.AOT_TRACE_FAILED: (_plus_one, (torch.ones(2),), _aot_fails),
     FallbackReason.EXTERNAL_STATE: (_attends, (torch.ones(2),), _on_a_device),

@@ -36,11 +36,15 @@ def uncapturable_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[objec
     return None
 
 
-#: Why a graph AOT traced for training is not captured (decided from what the graph does, not
-#: from the grad mode around the call: a ``@torch.no_grad()`` forward traces an inference graph).
+#: Why a training graph (AOT traced it for autograd: an output requires grad) is not captured.
+#: Training graphs are captured, forward and backward (``_training``), except while torch's AOT
+#: compile saves the graph: the saved artifact holds one forward graph (``_artifact``), not the
+#: backward graph a training graph needs as well.
 TRAINING_REASON = (
-    "autograd records this graph (an output requires grad); reduce-overhead captures inference "
-    "graphs: call the model under torch.no_grad() or torch.inference_mode()"
+    "autograd records this graph (an output requires grad) and torch's AOT compile is saving "
+    "it: a saved npu-compile artifact holds a forward graph, not the backward graph training "
+    "also needs; compile the training step without aot_compile (training graphs are captured "
+    "then), or save the model for inference under torch.no_grad()"
 )
 
 

@@ -22,8 +22,9 @@ class FallbackReason(enum.StrEnum):
     Attributes:
         MIXED_DEVICES: The graph's inputs live on several device types; a device graph runs on
             one device.
-        TRAINING: Autograd records the graph (an output requires grad); only inference graphs
-            are captured.
+        TRAINING: Autograd records the graph (an output requires grad) and it cannot be
+            captured: torch's AOT compile is saving it (a saved artifact holds no backward
+            graph). Other training graphs are captured, forward and backward.
         HOST_SYNC: An operator reads a tensor value on the host (``.item()``, ``nonzero``),
             which a device graph cannot record.
         AOT_TRACE_FAILED: AOT autograd could not trace the graph.

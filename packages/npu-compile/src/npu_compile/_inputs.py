@@ -64,7 +64,9 @@ def runner_is_whole_call(meta: Any, fw_gm: torch.fx.GraphModule, n_inputs: int) 
     Then the backend returns the graph runner itself and skips the wrapper (about 11 µs per call
     on CPU). That holds in inference when every input mutation is inside the graph, no output
     aliases an input or an intermediate, there are no effect tokens, no tensor subclasses, no
-    functionalised RNG, and AOT did not deduplicate inputs.
+    functionalised RNG, and AOT did not deduplicate inputs. Never for a training graph (an
+    output requires grad): AOT's wrapper is the ``autograd.Function`` that records it for the
+    backward.
     """
     try:
         placeholders = sum(1 for node in fw_gm.graph.nodes if node.op == "placeholder")
@@ -74,8 +76,10 @@ def runner_is_whole_call(meta: Any, fw_gm: torch.fx.GraphModule, n_inputs: int) 
         plain_outputs = all(
             isinstance(m, (int, PlainTensorMeta)) for m in meta.subclass_fw_graph_out_meta
         )
+        training = any(getattr(info, "requires_grad", False) for info in meta.output_info)
         return bool(
-            placeholders == n_inputs
+            not training
+            and placeholders == n_inputs
             and meta.num_mutated_inp_runtime_indices == 0
             and not meta.tokens
             and meta.num_outputs_aliased == 0

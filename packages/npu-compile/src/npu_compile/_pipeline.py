@@ -36,6 +36,7 @@ from npu_compile._padding import plan_padding
 from npu_compile._piecewise import Split, graph_device, piecewise, split_points
 from npu_compile._summary import write_fx_summary
 from npu_compile._tensorify import tensorify_int_inputs
+from npu_compile._training import BackwardCompiler
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NpuCompileError
 
@@ -170,8 +171,13 @@ def compile_graph(
         meta = context.fw_metadata if context is not None else None
         kinds = input_kinds(meta, example_inputs)
         if meta is not None and records_autograd(meta, grad_enabled):
-            plan.fallback = (FallbackReason.TRAINING, TRAINING_REASON)
-            return artifact(fw_gm, forward_of(fw_gm), capture=False, fallback=plan.fallback)
+            # A training graph: AOT's forward (outputs, then saved tensors) is captured below,
+            # behind AOT's autograd wrapper, and `backward` captures the backward graph; only a
+            # graph being saved cannot be (see TRAINING_REASON).
+            if saving:
+                plan.fallback = (FallbackReason.TRAINING, TRAINING_REASON)
+                return artifact(fw_gm, forward_of(fw_gm), capture=False, fallback=plan.fallback)
+            backward.saw_forward(fw_gm, kinds)
         fw_gm = _passes.run_post_grad_passes(fw_gm, example_inputs, config, name)
         prepared = prepare_for_capture(fw_gm)
         splitting_ops = config.aclgraph_config.splitting_ops
@@ -258,11 +264,14 @@ def compile_graph(
     from npu_mempool import NpuMempoolError
     from npu_streams import NpuStreamsError
 
+    backward = BackwardCompiler(name, config, stats)
     try:
         compiled: CompiledFn = aot_module_simplified(
             gm,
             example_inputs,
             fw_compiler=fw_compiler,
+            # While saving, a training graph runs eagerly: fw_compiler also gets its backward.
+            bw_compiler=None if saving else backward,
             decompositions=dict(decompositions),
             keep_inference_input_mutations=bool(
                 config.experimental_config.keep_inference_input_mutations

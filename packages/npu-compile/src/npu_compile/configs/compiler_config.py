@@ -383,13 +383,15 @@ class ExperimentalConfig(_Node):
         False,
         boolean,
         "joint forward/backward graph",
-        effect="reduce-overhead captures inference graphs; training graphs run uncaptured",
+        effect="GE's joint training graph; training graphs are captured here as AOT autograd's "
+        "forward and backward graphs",
     )
     aot_config_output_loss_index = _Option(
         0,
         int_range(0, _INT64_MAX),
         "loss output index",
-        effect="reduce-overhead captures inference graphs; training graphs run uncaptured",
+        effect="GE's joint training graph; training graphs are captured here as AOT autograd's "
+        "forward and backward graphs",
     )
     topology_sorting_strategy = _Option(
         "DFS", choice("BFS", "DFS", "RDFS", "StableRDFS"), "GE topological order", effect=_GE

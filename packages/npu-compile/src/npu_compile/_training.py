@@ -1,0 +1,148 @@
+"""Training graphs: the backward graph AOT autograd partitions off a forward, captured too.
+
+For an FX graph that records autograd, AOT autograd traces the joint graph and partitions it into
+a forward graph (the user outputs, then the tensors saved for backward) and a backward graph
+(saved tensors and output gradients in, input gradients out), and runs both inside one
+``torch.autograd.Function``. The forward goes through the pipeline like an inference graph, behind
+AOT's wrapper. :class:`BackwardCompiler` is AOT's ``bw_compiler``: it captures the backward graph
+into a graph runner of its own, when the first backward of the graph runs.
+
+Memory. Saved tensors are outputs of the captured forward, held by autograd until the backward
+has run; the gradients the backward hands out may be stolen by ``AccumulateGrad`` into
+``param.grad`` and so stay in graph memory until the optimizer's ``zero_grad``. Both are outputs
+the runners track (``npu_mempool``'s [Note: output liveness]): a call whose graph's outputs are
+still held (a loss kept from the previous step, gradients kept with ``zero_grad(set_to_none=
+False)``) replays on a second call path instead of overwriting them. A loop that holds no graph
+output across steps and lets ``zero_grad`` free the gradients uses one call path for each of the
+two graphs.
+
+Backward graphs get neither the post-grad passes nor static kernels (the forward keeps both;
+neither has been validated on backward graphs), and every input is copied into the graph's own
+buffers, whatever ``clone_input`` says, except the saved tensors that are a parameter (or a view
+of one), whose address the runner watches as it does the forward's parameters.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from npu_compile._capturable import host_sync_reason
+from npu_compile._fallback import FallbackReason
+from npu_compile._lowering import capture_options
+from npu_compile.configs.compiler_config import CompilerConfig
+
+if TYPE_CHECKING:
+    from npu_compile.backend import BackendStats
+
+__all__ = ["BackwardCompiler"]
+
+logger = logging.getLogger("npu_compile")
+
+CompiledFn = Callable[..., Any]
+
+
+class BackwardCompiler:
+    """AOT autograd's ``bw_compiler`` for one FX graph: the backward graph into a graph runner.
+
+    Args:
+        name: The FX graph's name (the backward's runner is ``<name>_backward``).
+        config: The options.
+        stats: The backend's statistics (the runner is listed there; ``captured`` counts FX
+            graphs, so it does not move).
+    """
+
+    def __init__(self, name: str, config: CompilerConfig, stats: BackendStats) -> None:
+        self.name = f"{name}_backward"
+        self._config = config
+        self._stats = stats
+        self._parameters: frozenset[str] = frozenset()
+
+    def saw_forward(self, fw_gm: torch.fx.GraphModule, kinds: Sequence[Any]) -> None:
+        """Remember which forward nodes are a parameter or a view of one (before passes).
+
+        AOT's partitioner gives each saved tensor's backward placeholder the name of the forward
+        node that computed it; a saved parameter (``primals_1``) or view of one (``t_1``) is then
+        the parameter's own memory, at the parameter's address, on every step.
+        """
+        from npu_mempool import InputKind
+
+        placeholders = [n for n in fw_gm.graph.nodes if n.op == "placeholder"]
+        names = {
+            node.name
+            for node, kind in zip(placeholders, kinds, strict=False)
+            if kind is InputKind.PARAMETER
+        }
+        for node in fw_gm.graph.nodes:
+            if (
+                node.op == "call_function"
+                and getattr(node.target, "is_view", False)
+                and node.args
+                and isinstance(node.args[0], torch.fx.Node)
+                and node.args[0].name in names
+            ):
+                names.add(node.name)
+        self._parameters = frozenset(names)
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
+        """Capture the backward graph ``gm`` (called by AOT at the first backward)."""
+        from npu_mempool import GraphRunner, InputKind
+        from npu_streams import prepare_for_capture
+
+        from npu_compile._pipeline import forward_of
+
+        prepared = prepare_for_capture(gm)
+        reason = host_sync_reason(prepared)
+        if reason is not None:
+            return _boxed(self._fallback(prepared, FallbackReason.HOST_SYNC, reason))
+        summary = self._config.debug.fx_summary
+        if (
+            self._config.debug.run_eagerly
+            or self._config.debug.data_dump.enabled
+            or (summary.enabled and summary.skip_compile)
+        ):
+            return _boxed(forward_of(prepared))
+        placeholders = [n for n in prepared.graph.nodes if n.op == "placeholder"]
+        kinds = [
+            InputKind.PARAMETER if node.name in self._parameters else InputKind.USER
+            for node in placeholders
+        ]
+        # Autograd hands the backward tensors it owns (saved tensors, output gradients): copied
+        # into graph buffers whatever clone_input says, since without the copy a later call
+        # would be copied into the first call's tensors, which may be someone's gradient now.
+        options = replace(capture_options(self._config), clone_input=True)
+        runner = GraphRunner(
+            forward_of(prepared), input_kinds=kinds, options=options, name=self.name
+        )
+        self._stats._add_runner(runner)
+        logger.info(
+            "FX graph %s: %d inputs (%d parameter, %d user) captured per graph key",
+            self.name,
+            len(kinds),
+            kinds.count(InputKind.PARAMETER),
+            kinds.count(InputKind.USER),
+        )
+        return _boxed(runner.as_function())
+
+    def _fallback(
+        self, gm: torch.fx.GraphModule, reason: FallbackReason, message: str
+    ) -> CompiledFn:
+        from npu_compile._pipeline import _fallback
+
+        return _fallback(gm, self.name, reason, message, self._config, self._stats)
+
+
+def _boxed(fn: CompiledFn) -> CompiledFn:
+    """``fn`` in AOT's boxed calling convention: one list, emptied so its tensors can die early."""
+
+    def call(args: list[Any]) -> Any:
+        flat = tuple(args)
+        args.clear()
+        return fn(*flat)
+
+    call._boxed_call = True  # type: ignore[attr-defined]
+    return call
