@@ -199,9 +199,11 @@ def compile_graph(
         # Ints that decide no shape become device scalars: one graph for all their values. Before
         # the reinplacing in finish(), which would otherwise keep the int arithmetic apart.
         sizes = config.aclgraph_config.capture_sizes
+        # Not a training forward: its saved tensors would be cut to the batch as well.
+        training = meta is not None and records_autograd(meta, grad_enabled)
         padding = (
             plan_padding(prepared, example_inputs, kinds, sizes, name)
-            if sizes and not eager and not splits
+            if sizes and not eager and not splits and not training
             else None
         )
         # A padded graph keeps its ints as ints: the padding raises the batch size among them.
