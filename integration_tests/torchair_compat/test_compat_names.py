@@ -175,6 +175,27 @@ def check_pool_tuple(device: torch.device) -> None:
     assert torchair.graph_pool_handle is npu_mempool.graph_pool_handle
 
 
+@covers("`torch.compiler.cudagraph_mark_step_begin()`")
+def check_mark_step_begin(device: torch.device) -> None:
+    # A decode loop that keeps the previous step's output while calling the next one, as
+    # TorchAir users write it; with torch's step marker it replays one graph in one pool.
+    config = CompilerConfig()
+    config.mode = "reduce-overhead"
+    backend = torchair.get_npu_backend(compiler_config=config)
+    model = torch.nn.Linear(4, 4).to(device)
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    with torch.no_grad():
+        out = None
+        for _ in range(4):
+            torch.compiler.cudagraph_mark_step_begin()
+            x = torch.randn(2, 4, device=device)
+            out = compiled(x)
+            torch.testing.assert_close(out, model(x))
+    (runner,) = backend.stats.runners
+    assert runner.counters.recapture_reasons == {}
+    assert torchair.mark_step_begin is npu_mempool.mark_step_begin
+
+
 # ---- streams and events ------------------------------------------------------------------------
 
 
