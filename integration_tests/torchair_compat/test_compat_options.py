@@ -79,6 +79,8 @@ ALTERNATE: dict[str, object] = {
     "ge_config.aicore_num": "2|2",
     "ge_config.optimization_switch": "pass1:off",
     "aclgraph_config.use_custom_pool": (11, 0),
+    "aclgraph_config.splitting_ops": ["aten::relu"],
+    "aclgraph_config.capture_sizes": [1, 2],
 }
 # Options that need a device to mean anything: set, compiled, but static kernels would build.
 DO_NOT_RUN = {"experimental_config.aclgraph._aclnn_static_shape_kernel"}
