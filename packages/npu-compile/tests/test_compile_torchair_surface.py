@@ -338,26 +338,37 @@ def test_input_mutation_stays_in_place_in_a_graph_with_stream_scopes(tmp_path: P
     torch.testing.assert_close(y, y_eager)
 
 
-class ScaleInputReadOnSideStream(torch.nn.Module):
-    """The input ``y`` is read on a side stream, then scaled in place on the main stream."""
+class WriteInputReadOnSideStream(torch.nn.Module):
+    """The input ``y`` is read on a side stream, then written in place on the main stream."""
+
+    def __init__(self, scatter: bool) -> None:
+        super().__init__()
+        self.scatter = scatter
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with npu_compile.scope.npu_stream_switch("surface-side"):
             z = y * 2
-        y.mul_(x)
+        if self.scatter:  # Inductor's reinplace pass handles index_put
+            y.index_put_((torch.tensor([0]),), x[:1])
+        else:
+            y.mul_(x)
         return z + y
 
 
-def test_input_read_on_another_stream_is_not_written_in_place(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scatter", [False, True], ids=["mul_", "index_put_"])
+def test_input_read_on_another_stream_is_not_written_in_place(
+    scatter: bool, tmp_path: Path
+) -> None:
     config = CompilerConfig()
     _captured_graph(config, tmp_path)
     x = torch.arange(6.0).reshape(2, 3)
     y, y_eager = torch.full((2, 3), 3.0), torch.full((2, 3), 3.0)
-    expected = ScaleInputReadOnSideStream()(x, y_eager)
-    out = _run(ScaleInputReadOnSideStream(), config, x, y)
+    expected = WriteInputReadOnSideStream(scatter)(x, y_eager)
+    out = _run(WriteInputReadOnSideStream(scatter), config, x, y)
     graph = _read_dump(tmp_path)
     # As TorchAir: the side stream could still be reading y, so the copy back stays.
     assert "aten.mul_.Tensor" not in graph
+    assert "aten.index_put_.default" not in graph
     assert "aten.copy_.default" in graph
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(y, y_eager)

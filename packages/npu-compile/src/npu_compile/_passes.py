@@ -119,11 +119,13 @@ def _remove_noop_ops(gm: torch.fx.GraphModule) -> None:
 def _reinplace_input_mutations(gm: torch.fx.GraphModule) -> None:
     # A functional op whose result is copied back into a graph input becomes the in-place op on
     # that input (a KV-cache `index_put` + `copy_` becomes one `index_put_`). Inductor's pass
-    # knows the scatter-like ops; the plain ones (`y.mul_(s)` traced as `mul` + `copy_`) are
-    # handled below, as TorchAir's input-mutation pass does.
+    # knows the scatter-like ops but not streams: it runs only where every graph input written
+    # back is read on one stream. The plain ops (`y.mul_(s)` traced as `mul` + `copy_`) are
+    # handled below with TorchAir's stream condition.
     from torch._inductor.fx_passes.reinplace import reinplace_inplaceable_ops_core
 
-    reinplace_inplaceable_ops_core(gm.graph)
+    if not _inputs_read_across_streams(gm.graph):
+        reinplace_inplaceable_ops_core(gm.graph)
     _reinplace_copied_back_ops(gm.graph)
 
 
@@ -137,6 +139,52 @@ def _storage(node: Any) -> int | None:
         return None
 
 
+def _copies_into_inputs(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The ``copy_`` nodes that write a value back into a graph input."""
+    return [
+        node
+        for node in graph.nodes
+        if node.target is torch.ops.aten.copy_.default
+        and isinstance(node.args[0], torch.fx.Node)
+        and node.args[0].op == "placeholder"
+        and isinstance(node.args[1], torch.fx.Node)
+    ]
+
+
+def _aliases(graph: torch.fx.Graph) -> dict[int, list[torch.fx.Node]]:
+    """Nodes by the storage of their value: a graph input and its views share one."""
+    by_storage: dict[int, list[torch.fx.Node]] = {}
+    for node in graph.nodes:
+        storage = _storage(node)
+        if storage is not None:
+            by_storage.setdefault(storage, []).append(node)
+    return by_storage
+
+
+def _readers(node: torch.fx.Node, aliases: dict[int, list[torch.fx.Node]]) -> set[torch.fx.Node]:
+    """Every node that reads ``node``'s memory, directly or through a view."""
+    storage = _storage(node)
+    sharing = aliases.get(storage, [node]) if storage is not None else [node]
+    return {user for alias in sharing for user in alias.users}
+
+
+def _streams(nodes: Any) -> set[Any]:
+    from npu_streams import STREAM_META_KEY
+
+    return {node.meta.get(STREAM_META_KEY) for node in nodes} - {None}
+
+
+def _inputs_read_across_streams(graph: torch.fx.Graph) -> bool:
+    """True when a graph input written back (``copy_``) is read on more than one stream."""
+    aliases = _aliases(graph)
+    for copy in _copies_into_inputs(graph):
+        dst = copy.args[0]
+        assert isinstance(dst, torch.fx.Node)
+        if len(_streams(_readers(dst, aliases) - {copy})) > 1:
+            return True
+    return False
+
+
 def _reinplace_copied_back_ops(graph: torch.fx.Graph) -> None:
     """``b = op(a, ...)`` then ``a.copy_(b)`` into a graph input ``a`` becomes ``op_(a, ...)``.
 
@@ -146,24 +194,11 @@ def _reinplace_copied_back_ops(graph: torch.fx.Graph) -> None:
     ``op``'s stream (TorchAir's condition: a reader on another stream could see the new value
     early).
     """
-    from npu_streams import STREAM_META_KEY
     from torch.fx.passes.reinplace import _maybe_get_inplace_op
 
     order = {node: index for index, node in enumerate(graph.nodes)}
-    by_storage: dict[int, list[torch.fx.Node]] = {}
-    for node in graph.nodes:
-        storage = _storage(node)
-        if storage is not None:
-            by_storage.setdefault(storage, []).append(node)
-    copies = [
-        node
-        for node in graph.nodes
-        if node.target is torch.ops.aten.copy_.default
-        and isinstance(node.args[0], torch.fx.Node)
-        and node.args[0].op == "placeholder"
-        and isinstance(node.args[1], torch.fx.Node)
-    ]
-    for copy in copies:
+    aliases = _aliases(graph)
+    for copy in _copies_into_inputs(graph):
         dst, src = copy.args[0], copy.args[1]
         assert isinstance(dst, torch.fx.Node)
         assert isinstance(src, torch.fx.Node)
@@ -180,12 +215,10 @@ def _reinplace_copied_back_ops(graph: torch.fx.Graph) -> None:
         others = [a for a in (*src.args[1:], *src.kwargs.values()) if isinstance(a, torch.fx.Node)]
         if any(_storage(a) == storage for a in others):
             continue
-        aliases = by_storage.get(storage, [dst])
-        readers = {user for alias in aliases for user in alias.users} - {src, copy}
+        readers = _readers(dst, aliases) - {src, copy}
         if any(order[src] < order[user] < order[copy] for user in readers):
             continue
-        streams = {n.meta.get(STREAM_META_KEY) for n in (*readers, src)} - {None}
-        if len(streams) > 1:
+        if len(_streams({*readers, src})) > 1:
             continue
         src.target = inplace
         copy.replace_all_uses_with(dst)
