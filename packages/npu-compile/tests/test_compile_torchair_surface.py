@@ -297,21 +297,81 @@ def _read_dump(tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["one-stream", "with-stream-scope"])
-def test_input_reinplace_is_skipped_when_streams_are_used(stream: bool, tmp_path: Path) -> None:
+def test_input_reinplace_runs_with_and_without_streams(stream: bool, tmp_path: Path) -> None:
     config = CompilerConfig()
     _captured_graph(config, tmp_path)
     model = KvCache(stream)
     x, pos = torch.ones(2, 4), torch.tensor([1, 2])
     out = _run(model, config, x, pos)
     graph = _read_dump(tmp_path)
-    if stream:  # as TorchAir: no reinplacing across streams, the copy back stays
-        assert "aten.copy_.default" in graph
-        assert "aten.index_put.default" in graph
-    else:
-        assert "aten.index_put_.default" in graph
-        assert "aten.copy_.default" not in graph
+    # As TorchAir: the copy back into the cache becomes the in-place write, streams or not.
+    assert "aten.index_put_.default" in graph
+    assert "aten.copy_.default" not in graph
     assert out.tolist() == [[4.0] * 4] * 2
     assert model.cache.sum().item() == 8.0
+
+
+class ScaleInput(torch.nn.Module):
+    """``y.mul_`` on a graph input, next to a stream scope, and math on a dead intermediate."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with npu_compile.scope.npu_stream_switch("surface-side"):
+            z = x * 2
+        y.mul_(x)
+        return (z + 1).relu() + y
+
+
+def test_input_mutation_stays_in_place_in_a_graph_with_stream_scopes(tmp_path: Path) -> None:
+    config = CompilerConfig()
+    _captured_graph(config, tmp_path)
+    x = torch.arange(6.0).reshape(2, 3) - 2
+    y, y_eager = torch.full((2, 3), 3.0), torch.full((2, 3), 3.0)
+    expected = ScaleInput()(x, y_eager)
+    out = _run(ScaleInput(), config, x, y)
+    graph = _read_dump(tmp_path)
+    assert "aten.mul_.Tensor" in graph  # y written in place: no extra buffer ...
+    assert "aten.copy_.default" not in graph  # ... and no copy back into it
+    # Intermediates are not reinplaced where streams are: `z + 1` may not overwrite z.
+    assert "aten.relu_.default" not in graph
+    assert "aten.add_.Tensor" not in graph
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(y, y_eager)
+
+
+class WriteInputReadOnSideStream(torch.nn.Module):
+    """The input ``y`` is read on a side stream, then written in place on the main stream."""
+
+    def __init__(self, scatter: bool) -> None:
+        super().__init__()
+        self.scatter = scatter
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with npu_compile.scope.npu_stream_switch("surface-side"):
+            z = y * 2
+        if self.scatter:  # Inductor's reinplace pass handles index_put
+            y.index_put_((torch.tensor([0]),), x[:1])
+        else:
+            y.mul_(x)
+        return z + y
+
+
+@pytest.mark.parametrize("scatter", [False, True], ids=["mul_", "index_put_"])
+def test_input_read_on_another_stream_is_not_written_in_place(
+    scatter: bool, tmp_path: Path
+) -> None:
+    config = CompilerConfig()
+    _captured_graph(config, tmp_path)
+    x = torch.arange(6.0).reshape(2, 3)
+    y, y_eager = torch.full((2, 3), 3.0), torch.full((2, 3), 3.0)
+    expected = WriteInputReadOnSideStream(scatter)(x, y_eager)
+    out = _run(WriteInputReadOnSideStream(scatter), config, x, y)
+    graph = _read_dump(tmp_path)
+    # As TorchAir: the side stream could still be reading y, so the copy back stays.
+    assert "aten.mul_.Tensor" not in graph
+    assert "aten.index_put_.default" not in graph
+    assert "aten.copy_.default" in graph
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(y, y_eager)
 
 
 def test_reinplace_passes_can_be_disabled_like_torchair(tmp_path: Path) -> None:

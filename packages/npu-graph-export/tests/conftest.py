@@ -197,11 +197,32 @@ class GeOp:
 
 GE_OPS: dict[str, GeOp] = {
     "Abs": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "AdaptiveAvgPool2d": GeOp(
+        ("x",), ("y",), {"output_size": ("list.i", True)}
+    ),  # ops-nn pooling/adaptive_avg_pool2d/op_graph/adaptive_avg_pool2d_proto.h
     "Add": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
     "NetOutput": GeOp(("input*",), (), {}),  # GE framework op; inputs named input0..
     "Assign": GeOp(
         ("ref", "value"), ("ref",), {"validate_shape": ("b", False), "use_locking": ("b", False)}
     ),  # elewise_calculation_ops.h
+    "AvgPoolV2": GeOp(
+        ("x",),
+        ("y",),
+        {
+            "ksize": ("list.i", True),
+            "strides": ("list.i", True),
+            "padding_mode": ("s", False),
+            "pads": ("list.i", False),
+            "data_format": ("s", False),
+            "global_pooling": ("b", False),
+            "ceil_mode": ("b", False),
+            "exclusive": ("b", False),
+            "divisor_override": ("i", False),
+        },
+    ),  # ops-nn pooling/avg_pool_v2/op_graph/avg_pool_v2_proto.h
+    "BNInfer": GeOp(
+        ("x", "scale", "offset", "mean", "variance"), ("y",), {"epsilon": ("f", True)}
+    ),  # ops-nn common/inc/op_graph/op_nn_proto_extend.h
     "BatchMatMulV2": GeOp(
         ("x1", "x2", "bias?", "offset_w?"),
         ("y",),
@@ -213,6 +234,18 @@ GE_OPS: dict[str, GeOp] = {
     "Cast": GeOp(("x",), ("y",), {"dst_type": ("i", True)}),  # elewise_calculation_ops.h
     "ConcatV2": GeOp(("x*", "concat_dim"), ("y",), {"N": ("i", False)}),  # split_combination_ops.h
     "Const": GeOp((), ("y",), {"value": ("t", False)}),  # array_ops.h
+    "Conv2D": GeOp(
+        ("x", "filter", "bias?", "offset_w?"),
+        ("y",),
+        {
+            "strides": ("list.i", True),
+            "pads": ("list.i", True),
+            "dilations": ("list.i", False),
+            "groups": ("i", False),
+            "data_format": ("s", False),
+            "offset_x": ("i", False),
+        },
+    ),  # ops-nn common/inc/op_graph/op_nn_proto_extend.h
     "Cos": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
     "Cumsum": GeOp(
         ("x", "axis"), ("y",), {"exclusive": ("b", False), "reverse": ("b", False)}
@@ -320,6 +353,19 @@ GE_OPS: dict[str, GeOp] = {
         ("y",),
         {"transpose_x1": ("b", False), "transpose_x2": ("b", False), "offset_x": ("i", False)},
     ),  # matrix_calculation_ops.h
+    "MaxPoolV3": GeOp(
+        ("x",),
+        ("y",),
+        {
+            "ksize": ("list.i", True),
+            "strides": ("list.i", True),
+            "padding_mode": ("s", False),
+            "pads": ("list.i", False),
+            "data_format": ("s", False),
+            "global_pooling": ("b", False),
+            "ceil_mode": ("b", False),
+        },
+    ),  # ops-nn pooling/max_pool_v3/op_graph/max_pool_v3_proto.h
     "Maximum": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
     "Minimum": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
     "Mul": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
@@ -376,8 +422,21 @@ GE_OPS: dict[str, GeOp] = {
     "Transpose": GeOp(("x", "perm"), ("y",), {}),  # transformation_ops.h
     "Tril": GeOp(("x",), ("y",), {"diagonal": ("i", False)}),  # matrix_calculation_ops.h
     "Triu": GeOp(("x",), ("y",), {"diagonal": ("i", False)}),  # matrix_calculation_ops.h
+    "Unsqueeze": GeOp(("x",), ("y",), {"axes": ("list.i", False)}),  # array_ops.h
     "ZerosLike": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
 }
+
+NCHW_DESCRIPTORS: dict[str, set[str]] = {
+    "Conv2D": {"x", "filter", "y"},
+    "MaxPoolV3": {"x", "y"},
+    "AvgPoolV2": {"x", "y"},
+    "BNInfer": {"x", "scale", "offset", "mean", "variance", "y"},
+}
+"""Descriptors TorchAir's converters mark NCHW (``specific_op_input_layout``); all others ND.
+Conv2D's bias stays ND, as GE's definition of Conv2D lists it."""
+
+GE_FORMAT = {"NCHW": 0, "ND": 2}
+"""``ge::Format`` numbers (metadef graph/types.h) that ``format_for_int`` holds per layout."""
 
 GE_C_DATATYPE = {
     "DT_FLOAT": 0,
@@ -431,6 +490,14 @@ def _c_of_proto(proto: int) -> int:
     return GE_C_DATATYPE[ge.DataType.Name(proto)]
 
 
+def _check_layout(desc: ge.TensorDescriptor, op_type: str, where: str) -> None:
+    # GE takes the format from format_for_int before the layout string: both must say the same.
+    want = "NCHW" if desc.name in NCHW_DESCRIPTORS.get(op_type, set()) else "ND"
+    assert desc.layout == want, f"{where}: {desc.name} layout {desc.layout}, not {want}"
+    assert "format_for_int" in desc.attr, f"{where}: {desc.name} has no format_for_int"
+    assert desc.attr["format_for_int"].i == GE_FORMAT[want], f"{where}: {desc.name} format"
+
+
 def check_ge_graph(graph: ge.GraphDef) -> set[str]:
     """Assert every op of ``graph`` is as GE's op definitions declare it; return the op types."""
     ops = {op.name: op for op in graph.op}
@@ -463,13 +530,15 @@ def check_ge_graph(graph: ge.GraphDef) -> set[str]:
                     f"{where}: input {name} dtype differs from its producer's output"
                 )
                 assert "_is_unfed_optional" not in desc.attr, where
-                assert desc.layout == "ND", where
+                _check_layout(desc, op.type, where)
                 assert desc.dtype != ge.DT_UNDEFINED, where
         assert [d.name for d in op.output_desc] == _expand_names(
             spec.outputs, len(op.output_desc)
         ), where
         if not any(n.endswith("*") for n in spec.outputs):
             assert len(op.output_desc) == len(spec.outputs), where
+        for desc in op.output_desc:
+            _check_layout(desc, op.type, where)
         for name, value in op.attr.items():
             if name.startswith("_") or name in _EXTRA_ATTRS:
                 continue

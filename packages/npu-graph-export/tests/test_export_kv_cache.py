@@ -88,13 +88,65 @@ def test_runtime_needs_the_callers_writable_cache(tmp_path: Path) -> None:
         loaded.run(x, frozen)
 
 
-def test_aliased_inputs_written_in_place_are_refused(tmp_path: Path) -> None:
-    class Aliased(torch.nn.Module):
-        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-            a.add_(1)
-            return a + b
+class Aliased(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a.add_(1)
+        return a + b
 
-    cache = torch.zeros(2, 2)
-    with pytest.raises(ExportError, match=r"'a' and 'b' share memory"):
-        dynamo_export(cache, cache[0], model=Aliased(), export_path=tmp_path / "out")
+
+def test_views_of_one_tensor_written_in_place_are_refused(tmp_path: Path) -> None:
+    cache = torch.zeros(3, 2)
+    for other in (cache[0], cache[1:], cache.t()):  # another shape, offset, strides
+        with pytest.raises(ExportError, match=r"'a' and 'b' are different views of one tensor"):
+            dynamo_export(cache, other, model=Aliased(), export_path=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tensor_passed_twice_and_written_is_one_ref_data(
+    tmp_path: Path, ge_check: Check, read_graph: Callable[[Path], ge.GraphDef]
+) -> None:
+    cache = torch.zeros(2, 3)
+    dynamo_export(cache, cache, model=Aliased(), export_path=tmp_path)
+    graph = read_graph(tmp_path)
+    ge_check(graph)
+    inputs = [op for op in graph.op if op.type in {"Data", "RefData"}]
+    assert [(op.type, op.name) for op in inputs] == [("RefData", "a")]
+    (assign,) = [op for op in graph.op if op.type == "Assign"]
+    assert assign.input[0] == "a:0"
+    # Both uses read the written value: a + b is (a + 1) twice, as in eager.
+    eager_cache = torch.full((2, 3), 2.0)
+    expected = Aliased()(eager_cache, eager_cache)
+    array = np.full((2, 3), 2.0, np.float32)
+    (got,) = runtime.load(tmp_path).run(array)
+    np.testing.assert_array_equal(got, expected.numpy())
+    np.testing.assert_array_equal(array, eager_cache.numpy())
+
+
+def test_a_tensor_passed_twice_by_keyword_keeps_its_first_name_and_dynamic_dims(
+    tmp_path: Path,
+) -> None:
+    class CopyInto(torch.nn.Module):
+        def forward(
+            self, x: torch.Tensor, *, out: torch.Tensor, cache: torch.Tensor
+        ) -> torch.Tensor:
+            out.copy_(x * 2)
+            return cache + 1
+
+    buffer = torch.zeros(2, 4)
+    dynamo_export(
+        torch.ones(2, 4),
+        out=buffer,
+        cache=buffer,
+        model=CopyInto(),
+        export_path=tmp_path,
+        dynamic_dims={"x": [0], "cache": [0]},  # the dropped name counts for the kept one
+    )
+    loaded = runtime.load(tmp_path)
+    assert [(info.name, info.shape) for info in loaded.inputs] == [
+        ("x", (-1, 4)),
+        ("out", (-1, 4)),
+    ]
+    x, shared = np.full((3, 4), 1.5, np.float32), np.zeros((3, 4), np.float32)
+    (got,) = loaded.run(x, shared)
+    np.testing.assert_array_equal(shared, 2 * x)
+    np.testing.assert_array_equal(got, 2 * x + 1)

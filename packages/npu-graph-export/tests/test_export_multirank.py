@@ -52,6 +52,12 @@ SEED_SCRIPT = textwrap.dedent(
             return out + 1
 
 
+    class ScatterIntoSharedInput(torch.nn.Module):
+        def forward(self, x, out, cache):
+            torch.distributed.reduce_scatter_tensor(out, x * 2)
+            return cache + 1
+
+
     def example(rank, world_size):
         torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
         x = torch.ones([2, 2], dtype=torch.int32)
@@ -70,6 +76,10 @@ SEED_SCRIPT = textwrap.dedent(
                                export_name="gs", config=options)
         torchair.dynamo_export(torch.ones(4, 2), torch.zeros(2, 2), model=ScatterIntoInput(),
                                export_path="./mp3", export_name="rs")
+        # The output buffer is also passed as the cache: one graph input (TorchAir's RefData).
+        shared = torch.zeros(2, 2)
+        torchair.dynamo_export(torch.ones(4, 2), shared, shared, model=ScatterIntoSharedInput(),
+                               export_path="./mp4", export_name="shared")
         torch.distributed.destroy_process_group()
 
 
@@ -201,6 +211,28 @@ def test_reduce_scatter_into_an_input_is_ref_data_with_assign(
     # Replicated: every rank holds x, so rank 1's chunk of the sum is 2 * (2 * x[2:]).
     np.testing.assert_allclose(out, 4 * x[2:])
     np.testing.assert_allclose(got, 4 * x[2:] + 1)
+
+
+def test_reduce_scatter_into_a_tensor_passed_twice_is_one_ref_data(
+    seed_run: Path,
+    ge_check: Callable[[ge.GraphDef], set[str]],
+    read_graph: Callable[[Path], ge.GraphDef],
+) -> None:
+    graph = read_graph(seed_run / "mp4" / "shared0.air")
+    ge_check(graph)
+    inputs = [op for op in graph.op if op.type in {"Data", "RefData"}]
+    assert sorted((op.type, op.name) for op in inputs) == [("Data", "x"), ("RefData", "out")]
+    (ref,) = [op for op in graph.op if op.type == "RefData"]
+    (assign,) = [op for op in graph.op if op.type == "Assign"]
+    assert assign.input[0] == f"{ref.name}:0"
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    shared = np.zeros((2, 2), np.float32)
+    model = runtime.load(seed_run / "mp4", rank=0, collectives="replicated")
+    assert [info.name for info in model.inputs] == ["x", "out"]
+    (got,) = model.run(x, shared)
+    # The cache read after the scatter is the same buffer: it sees rank 0's chunk, 4 * x[:2].
+    np.testing.assert_allclose(shared, 4 * x[:2])
+    np.testing.assert_allclose(got, 4 * x[:2] + 1)
 
 
 def test_gather_and_scatter_collectives(

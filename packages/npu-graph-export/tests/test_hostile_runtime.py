@@ -260,7 +260,7 @@ def _broadcast_concat_graph(side: int, copies: int) -> ge.GraphDef:
 
 def test_a_broadcast_and_concat_blowup_is_refused_before_allocating(tmp_path: Path) -> None:
     air = _write_air(tmp_path / "m.air", _broadcast_concat_graph(1 << 23, 64))  # 2 GiB result
-    assert air.stat().st_size < 4096
+    assert air.stat().st_size < 8192  # a few KiB of graph
     # In a process that cannot hold 2 GiB: refused by the estimate, not after numpy failed.
     result = _limited(
         f"""

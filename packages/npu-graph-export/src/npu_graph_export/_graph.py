@@ -60,10 +60,31 @@ class DType:
 AttrValue = bool | int | float | str | bytes | DType | Sequence[int] | Sequence[float] | np.ndarray
 
 
-def tensor_desc(name: str, dtype: int, shape: Iterable[int]) -> ge.TensorDescriptor:
+FORMAT_ATTR = "format_for_int"
+"""Descriptor attribute holding the tensor's ``ge::Format`` as an int (see :func:`set_layout`)."""
+
+FORMATS = {"NCHW": 0, "NHWC": 1, "ND": 2}
+"""``ge::Format`` values of the layouts this package writes (metadef's ``graph/types.h``)."""
+
+
+def set_layout(desc: ge.TensorDescriptor, layout: str) -> None:
+    """Give ``desc`` a layout, as both the ``layout`` string and the ``format_for_int`` int.
+
+    GE builds a descriptor's format from ``format_for_int`` when it is there and from the
+    ``layout`` string otherwise (metadef's ``GeTensorSerializeUtils::GetFormatFromDescProto``),
+    and GE's own writer, which produces TorchAir's ``.air`` files, stores both: they must agree.
+    """
+    desc.layout = layout
+    desc.attr[FORMAT_ATTR].i = FORMATS[layout]
+
+
+def tensor_desc(
+    name: str, dtype: int, shape: Iterable[int], layout: str = "ND"
+) -> ge.TensorDescriptor:
     """Return a descriptor in the layout GE expects for graph tensors (``ND`` on the NPU)."""
-    desc = ge.TensorDescriptor(name=name, dtype=dtype, layout="ND", device_type="NPU")  # type: ignore[arg-type]
+    desc = ge.TensorDescriptor(name=name, dtype=dtype, device_type="NPU")  # type: ignore[arg-type]
     desc.shape.dim.extend(int(d) for d in shape)
+    set_layout(desc, layout)
     return desc
 
 
@@ -178,7 +199,7 @@ class GraphBuilder:
         self,
         op_type: str,
         name: str,
-        inputs: Sequence[Tensor],
+        inputs: Sequence[Tensor | None],
         dtype: int,
         shape: Shape,
         attrs: Mapping[str, AttrValue] | None = None,

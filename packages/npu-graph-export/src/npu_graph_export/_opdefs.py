@@ -114,6 +114,7 @@ OPS: dict[str, OpSpec] = {
             "Triu",
             "Shape",
             "Squeeze",
+            "Unsqueeze",
         )
     },
     "SelectV2": OpSpec(("condition", "then", "else"), ("result",)),
@@ -125,6 +126,12 @@ OPS: dict[str, OpSpec] = {
     "SoftmaxV2": _UNARY,
     "LogSoftmaxV2": OpSpec(("logits",), ("logsoftmax",)),
     "LayerNorm": OpSpec(("x", "gamma", "beta"), ("y", "mean", "variance")),
+    # Convolution, pooling and batch norm (NCHW).
+    "Conv2D": OpSpec(("x", "filter", "bias", "offset_w"), ("y",), frozenset({"bias", "offset_w"})),
+    "MaxPoolV3": _UNARY,
+    "AvgPoolV2": _UNARY,
+    "AdaptiveAvgPool2d": _UNARY,
+    "BNInfer": OpSpec(("x", "scale", "offset", "mean", "variance"), ("y",)),
     # Reductions.
     "ReduceMean": OpSpec(("x", "axes"), ("y",)),
     "ReduceSum": OpSpec(("x", "axes"), ("y",)),

@@ -12,6 +12,7 @@ import torch
 from torch.export import Dim, ExportedProgram
 from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
+from npu_graph_export._shared_inputs import shared_inputs
 from npu_graph_export.errors import (
     DataDependentControlFlowError,
     ExportError,
@@ -180,9 +181,10 @@ def _refuse_aliased_inputs(
     aliased = _aliased_inputs(model, args, kwargs)
     if aliased:
         raise ExportError(
-            f"inputs {aliased[0]!r} and {aliased[1]!r} share memory (the same tensor, or views "
-            "of one) and the model writes to one of them; an offline graph's inputs are "
-            "separate buffers, so pass a .clone() of one of them"
+            f"inputs {aliased[0]!r} and {aliased[1]!r} are different views of one tensor "
+            "(another offset, shape or strides) and the model writes to one of them; an offline "
+            "graph's inputs cannot overlap in part, so pass a .clone() of one of them (the same "
+            "tensor passed twice is fine: it becomes one graph input)"
         ) from error
 
 
@@ -244,6 +246,25 @@ def trace(
         ) from error
     except ValueError:  # no signature to check (a builtin); let Dynamo judge
         pass
+    # The same tensor passed twice is one graph input (see _shared_inputs).
+    with shared_inputs(model, args, kwargs) as shared:
+        return _trace(
+            model,
+            shared.args,
+            shared.kwargs,
+            dynamic=dynamic,
+            dynamic_dims=shared.rename(dynamic_dims),
+        )
+
+
+def _trace(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    dynamic: bool,
+    dynamic_dims: Mapping[str, Sequence[int]] | None,
+) -> ExportedProgram:
     dynamic_shapes = _dynamic_shapes(
         model, args, kwargs, dynamic=dynamic, dynamic_dims=dynamic_dims
     )
@@ -268,7 +289,7 @@ def trace(
             "dynamic=True, but the model fixes every input dimension (each one is used where "
             "only its example size works), so the graph is static; check the example shapes",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return decomposed
 

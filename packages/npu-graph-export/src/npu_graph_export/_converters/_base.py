@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 from torch import fx
 from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
-from npu_graph_export._graph import AttrValue, DType, GraphBuilder, Shape, Tensor
+from npu_graph_export._graph import AttrValue, DType, GraphBuilder, Shape, Tensor, set_layout
 from npu_graph_export._proto import ge_ir_pb2 as ge
 from npu_graph_export.errors import ExportError
 
@@ -39,6 +40,16 @@ INT32_MAX = 2**31 - 1
 
 Value = Any
 """What an FX node converts to: a Tensor, a list of Tensors, or a Python constant."""
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """An output of an ATen op that its GE op does not compute (max-pool indices).
+
+    Reading it (``operator.getitem``) raises :class:`UnsupportedOpError` with ``reason``.
+    """
+
+    reason: str
 
 
 def ge_dtype(dtype: torch.dtype) -> int:
@@ -168,7 +179,7 @@ class Context:
     def emit(
         self,
         op_type: str,
-        inputs: Sequence[Tensor],
+        inputs: Sequence[Tensor | None],
         attrs: Mapping[str, AttrValue] | None = None,
         *,
         dtype: int | None = None,
@@ -184,6 +195,25 @@ class Context:
             self.out_shape() if shape is None else shape,
             attrs,
         )
+
+    def layout(
+        self,
+        tensor: Tensor,
+        layout: str,
+        *,
+        inputs: Sequence[int] = (),
+        outputs: Sequence[int] = (0,),
+    ) -> None:
+        """Set ``layout`` on input and output descriptors of the op that made ``tensor``.
+
+        GE reads formats only from descriptors: an NCHW operator (``Conv2D``) learns that its
+        input is NCHW from its own input descriptor, as TorchAir's converters write it.
+        """
+        op = next(o for o in reversed(self.builder.graph.op) if o.name == tensor.op)
+        for index in inputs:
+            set_layout(op.input_desc[index], layout)
+        for index in outputs:
+            set_layout(op.output_desc[index], layout)
 
     def ints(self, values: Sequence[Any], suffix: str = "shape") -> Tensor:
         """A 1-D int64 tensor of ``values``; symbolic sizes make it a ``Pack`` of scalars."""

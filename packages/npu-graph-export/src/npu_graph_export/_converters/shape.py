@@ -11,6 +11,7 @@ from torch import fx
 from npu_graph_export._converters._base import (
     INT32_MAX,
     Context,
+    Unavailable,
     Value,
     args_of,
     aten,
@@ -19,6 +20,7 @@ from npu_graph_export._converters._base import (
 )
 from npu_graph_export._graph import Tensor
 from npu_graph_export._proto import ge_ir_pb2 as ge
+from npu_graph_export.errors import UnsupportedOpError
 
 
 @register(aten.view.default, aten.reshape.default, aten._unsafe_view.default)
@@ -204,7 +206,10 @@ def _split_tensor(ctx: Context, node: fx.Node) -> Value:
 
 @register(operator.getitem)
 def _getitem(ctx: Context, node: fx.Node) -> Value:
-    return ctx.value(args_of(node)[0])[args_of(node)[1]]
+    value = ctx.value(args_of(node)[0])[args_of(node)[1]]
+    if isinstance(value, Unavailable):
+        raise UnsupportedOpError(value.reason)
+    return value
 
 
 def _scatter_slice(ctx: Context, x: Tensor, src: Tensor, dim: int, start: Any, end: Any) -> Tensor:

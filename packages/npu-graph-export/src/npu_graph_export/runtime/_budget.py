@@ -231,6 +231,23 @@ def estimate_output_bytes(op: ge.OpDef, args: Sequence[Array]) -> int:
             rows = max(x1.shape[-2:])
             cols = max(x2.shape[-2:])
             size = math.prod(batch) * rows * cols * 2  # product, then the bias add
+    elif kind in {"Conv2D", "MaxPoolV3", "AvgPoolV2"}:
+        from npu_graph_export.runtime._nn_kernels import output_shape, padded_elements
+
+        out = output_shape(op, args)
+        if out is not None:
+            # The output and its accumulator, plus the padded copy of the input the kernel
+            # makes (large when a hostile graph pads a small input by a lot).
+            size = 2 * math.prod(out) + padded_elements(op, args[0], out)
+            item = max(item, 4)
+    elif kind == "AdaptiveAvgPool2d" and args and args[0].ndim >= 2 and "output_size" in op.attr:
+        pooled = [abs(int(v)) for v in op.attr["output_size"].list.i]
+        if len(pooled) == 2:
+            # The output and the float64 integral image the kernel sums windows from.
+            planes = math.prod(args[0].shape[:-2])
+            integral = (args[0].shape[-2] + 1) * (args[0].shape[-1] + 1)
+            size = planes * (pooled[0] * pooled[1] + 2 * integral)
+            item = max(item, 8)
     elif kind == "HcomAllGather" and args:
         group = int(op.attr["rank_size"].i) if "rank_size" in op.attr else 0
         if not group and "ranklist" in op.attr:
