@@ -168,7 +168,9 @@ def test_read_only_decision_writes_nothing_and_warns_once(
     )
     real = _cache.can_write
     monkeypatch.setattr(
-        _cache, "can_write", lambda d: False if build_dir in (d, *d.parents) else real(d)
+        _cache,
+        "can_write",
+        lambda d, root=None: False if build_dir in (d, *d.parents) else real(d, root),
     )
     before = _tree(build_dir)
     builder = ScaleBuilder()
