@@ -36,6 +36,7 @@ __all__ = [
     "dir_fd",
     "make_dirs",
     "make_temp_dir",
+    "move",
     "open_file",
     "read_bytes",
     "remove",
@@ -71,20 +72,29 @@ def check_path_value(value: object, what: str) -> str:
     return text
 
 
-def write_error(path: Path | str, error: OSError, todo: str = "") -> WriteError:
-    """The package's error for an ``OSError`` met while writing ``path``: what and what to do."""
+def write_error(
+    path: Path | str, error: OSError, todo: str = "", *, action: str = "write"
+) -> WriteError:
+    """The package's error for an ``OSError`` met while writing ``path``: what and what to do.
+
+    Args:
+        path: The file as the user knows it.
+        error: What the operating system said.
+        todo: What to do about it (a default fits the cause).
+        action: The verb of the message (``cannot <action> <path>``).
+    """
     code = error.errno
     detail = f"[Errno {code}] {error.strerror}" if code is not None else str(error)
     if code in _FULL:
         what = "the disk is full or a file size limit was reached"
         todo = todo or "free space (or raise the limit) and run again"
     elif code in _DENIED:
-        what = "no permission to write there"
+        what = "permission denied"
         todo = todo or "make the directory writable or choose another one"
     else:
-        what = "the write failed"
+        what = error.strerror or "an operating system error"
         todo = todo or "check the directory and run again"
-    return WriteError(f"cannot write {path}: {what} ({detail}); {todo}")
+    return WriteError(f"cannot {action} {path}: {what} ({detail}); {todo}")
 
 
 def _below(root: Path, path: Path) -> tuple[str, ...]:
@@ -244,6 +254,7 @@ def write_atomic(
     *,
     mode: int = 0o644,
     todo: str = "",
+    shown: Path | None = None,
 ) -> None:
     """Write ``path`` below ``root`` through a temporary file renamed into place.
 
@@ -257,6 +268,8 @@ def write_atomic(
         content: The bytes, or a function that writes them to a binary file object.
         mode: Permission bits of the new file (before the umask).
         todo: What the user should do if the disk is full or the write is denied.
+        shown: The path to name in an error (default: ``path``), such as the final place of a
+            file written into a staging directory.
 
     Raises:
         LinkError: A component below ``root`` is a symbolic link.
@@ -283,7 +296,7 @@ def write_atomic(
     except LinkError:
         raise
     except OSError as error:
-        raise write_error(path, error, todo) from error
+        raise write_error(shown or path, error, todo) from error
 
 
 def make_temp_dir(root: Path, parent: Path, prefix: str) -> Path:
@@ -306,6 +319,18 @@ def rename(root: Path, directory: Path, source: str, target: str) -> None:
     """
     with dir_fd(root, directory) as fd:
         os.replace(source, target, src_dir_fd=fd, dst_dir_fd=fd)
+
+
+def move(root: Path, source: Path, target: Path) -> None:
+    """Rename ``source`` to ``target``, both below ``root``, creating ``target``'s directory.
+
+    Both directories are reached without links; a link at ``target`` is replaced, not followed.
+    """
+    with (
+        dir_fd(root, source.parent) as source_dir,
+        dir_fd(root, target.parent, create=True) as target_dir,
+    ):
+        os.replace(source.name, target.name, src_dir_fd=source_dir, dst_dir_fd=target_dir)
 
 
 def remove(root: Path, path: Path) -> bool:

@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.run(args)
     except (NpuStaticKernelError, OSError, ValueError) as exc:
         if isinstance(exc, OSError) and not isinstance(exc, NpuStaticKernelError) and exc.filename:
-            exc = _confine.write_error(exc.filename, exc)  # name the file, say what to do
+            exc = _confine.write_error(exc.filename, exc, action="read or write")
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"error: {message}", file=sys.stderr)
         return 2
