@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import npu_compile
@@ -83,6 +85,24 @@ def _plus_one(x: torch.Tensor) -> torch.Tensor:
     return x + 1
 
 
+def _static_kernel_fails(monkeypatch: pytest.MonkeyPatch) -> Any:
+    import npu_static_kernel
+
+    def broken(self: object, request: object, out_dir: object) -> None:
+        raise npu_static_kernel.BuildError(
+            "Inductor could not compile the graph (C++ compile error\n\nCommand:\ng++ k.cpp"
+            "\n\nOutput:\nk.cpp:3:1: error: 'vec' was not declared\n)"
+        )
+
+    monkeypatch.setattr(npu_static_kernel.InductorBuilder, "build", broken)
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.no_grad())
+    # The static kernel compiler's own warning is checked in test_static_kernel_failures.
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore", npu_static_kernel.StaticKernelFallbackWarning)
+    return stack
+
+
 _LINEAR = torch.nn.Linear(2, 2)
 
 CASES: dict[FallbackReason, Case] = {
@@ -95,6 +115,7 @@ CASES: dict[FallbackReason, Case] = {
     FallbackReason.HOST_SYNC: (_reads_on_host, (torch.randn(3), torch.tensor([2])), _host_sync),
     FallbackReason.AOT_TRACE_FAILED: (_plus_one, (torch.ones(2),), _aot_fails),
     FallbackReason.EXTERNAL_STATE: (_attends, (torch.ones(2),), _on_a_device),
+    FallbackReason.STATIC_KERNEL_FAILED: (_plus_one, (torch.ones(3),), _static_kernel_fails),
 }
 
 
@@ -143,12 +164,17 @@ def test_the_reasons_are_public_strings() -> None:
 
 @pytest.fixture
 def compile_case(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> Callable[[FallbackReason, CompilerConfig | None], npu_compile.NpuBackend]:
     """Compile one case's function with a fresh backend and return the backend."""
 
     def run(reason: FallbackReason, config: CompilerConfig | None) -> npu_compile.NpuBackend:
         fn, args, around = CASES[reason]
+        if reason is FallbackReason.STATIC_KERNEL_FAILED:
+            config = config or CompilerConfig()
+            static = config.experimental_config.aclgraph
+            static._aclnn_static_shape_kernel = True
+            static._aclnn_static_shape_kernel_build_dir = str(tmp_path / "build")
         backend = get_npu_backend(compiler_config=config)
         with around(monkeypatch):
             torch.compile(fn, backend=backend)(*args)
@@ -172,7 +198,9 @@ def test_each_fallback_records_its_reason_next_to_the_message(
     assert message
     assert backend.stats.fallback_reasons == {graph: reason}
     (record,) = [r for r in caplog.records if r.name == "npu_compile"]
-    assert f"runs eagerly ({reason.value}): " in record.getMessage()
+    # A graph whose static kernels failed is still captured: it runs without them, not eagerly.
+    how = "without static kernels" if reason is FallbackReason.STATIC_KERNEL_FAILED else "eagerly"
+    assert f"runs {how} ({reason.value}): " in record.getMessage()
     assert message in record.getMessage()
 
 

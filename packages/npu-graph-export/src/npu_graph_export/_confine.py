@@ -50,6 +50,11 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC
+# Limits of Linux and macOS file systems (bytes): a longer name or path fails at the first
+# write, so it is refused when given. _ROOM_BELOW is what the packages add below a directory.
+NAME_MAX = 255
+PATH_MAX = 4096
+_ROOM_BELOW = 512
 _FULL = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
 _DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
 
@@ -58,8 +63,9 @@ def check_path_value(value: object, what: str) -> str:
     """Return ``value`` as a path string, refusing what no file system accepts.
 
     Raises:
-        ConfigError: ``value`` is not a ``str`` or ``os.PathLike`` of ``str``, is empty, or
-            contains a NUL byte.
+        ConfigError: ``value`` is not a ``str`` or ``os.PathLike`` of ``str``, is empty,
+            contains a NUL byte, has a component longer than ``NAME_MAX`` bytes, or leaves no
+            room below it within ``PATH_MAX``.
     """
     text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
     if not isinstance(text, str):
@@ -69,6 +75,24 @@ def check_path_value(value: object, what: str) -> str:
     if "\0" in text:
         raise ConfigError(
             f"{what} {text!r} contains a NUL byte, which no file system accepts; pass a valid path"
+        )
+    try:
+        encoded = os.fsencode(os.path.abspath(text))
+    except UnicodeEncodeError as error:  # a lone surrogate under a non-UTF-8 file system
+        raise ConfigError(
+            f"{what} {text!r} cannot be encoded for this file system ({error.reason}); pass a "
+            "path in its encoding"
+        ) from error
+    longest = max((len(part) for part in encoded.split(os.sep.encode())), default=0)
+    if longest > NAME_MAX:
+        raise ConfigError(
+            f"{what} has a component of {longest} bytes; file systems take at most {NAME_MAX} "
+            "bytes per name: choose shorter directory names"
+        )
+    if len(encoded) + _ROOM_BELOW > PATH_MAX:
+        raise ConfigError(
+            f"{what} is {len(encoded)} bytes long; the files written below it would pass the "
+            f"system's limit of {PATH_MAX} bytes per path: choose a shorter path"
         )
     return text
 
@@ -273,11 +297,19 @@ def write_atomic(
             file written into a staging directory.
 
     Raises:
-        LinkError: A component below ``root`` is a symbolic link.
+        LinkError: A component below ``root`` (``path`` included) is a symbolic link.
         WriteError: The file cannot be written (full disk, permissions); it names the file.
     """
     try:
         with dir_fd(root, path.parent, create=True) as parent:
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISLNK(os.stat(path.name, dir_fd=parent, follow_symlinks=False).st_mode):
+                    # The rename below would replace it, not follow it; still, a link where a
+                    # file of ours belongs was planted: say so and write nothing.
+                    raise LinkError(
+                        f"{path} is a symbolic link; links below {root} are never followed: "
+                        "remove it"
+                    )
             temporary = f".{path.name[:64]}.{secrets.token_hex(6)}.tmp"
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
             fd = os.open(temporary, flags, mode, dir_fd=parent)

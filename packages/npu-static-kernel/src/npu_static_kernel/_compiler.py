@@ -329,9 +329,11 @@ class StaticKernelCompiler:
     Attributes:
         counters: What this compiler did (:class:`StaticKernelCounters`).
         last_statistics: The op statistics of the latest recording.
-        last_error: Why the latest graph key runs without static kernels (``None`` while none
-            does); each such fallback also moves ``counters.fallbacks``, is logged, and the first
-            one per build directory issues a :class:`StaticKernelFallbackWarning`.
+        last_fallback_reason: One line saying why the latest graph key runs without static
+            kernels (the compiler's first error line, a link refused in the cache); ``None``
+            until that happens. Each such fallback also moves ``counters.fallbacks`` and is
+            logged in full, and the first one per build directory issues a
+            :class:`StaticKernelFallbackWarning`.
 
     Example:
         >>> import torch
@@ -370,7 +372,7 @@ class StaticKernelCompiler:
         self._rejected: set[tuple[Path, str]] = set()
         self.counters = StaticKernelCounters()
         self.last_statistics: OpStatistics | None = None
-        self.last_error: NpuStaticKernelError | None = None
+        self.last_fallback_reason: str | None = None
         self._enabled = True
         self._loaded: dict[str, Callable[..., Any]] = {}
         self._lock = threading.RLock()
@@ -678,7 +680,7 @@ class StaticKernelCompiler:
         if self.strict:
             raise error
         self.counters.fallbacks += 1
-        self.last_error = error
+        self.last_fallback_reason = reason = first_error_line(error)
         logger.warning("running the graph without static kernels: %s", error)
         if self.build_dir not in _warned_fallback:
             # Once per build directory: every later shape would fail the same way, and the
@@ -686,7 +688,7 @@ class StaticKernelCompiler:
             _warned_fallback.add(self.build_dir)
             warnings.warn(
                 f"static kernels for the build directory {self.build_dir} are lost, graphs run "
-                f"without them: {first_error_line(error)} (the full error is logged by the "
+                f"without them: {reason} (the full error is logged by the "
                 "npu_static_kernel logger; strict=True raises it)",
                 StaticKernelFallbackWarning,
                 stacklevel=3,
