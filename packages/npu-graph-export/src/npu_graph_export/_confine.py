@@ -272,6 +272,19 @@ def read_bytes(root: Path, path: Path, limit: int | None = None) -> bytes:
         return handle.read()
 
 
+def _refuse_link(root: Path, path: Path, parent: int) -> None:
+    """Raise if ``path`` (in the directory ``parent``) is a link.
+
+    The rename that puts a file in place would replace a link, not follow it; still, a link
+    where a file of ours belongs was planted: say so and write nothing.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISLNK(os.stat(path.name, dir_fd=parent, follow_symlinks=False).st_mode):
+            raise LinkError(
+                f"{path} is a symbolic link; links below {root} are never followed: remove it"
+            )
+
+
 def write_atomic(
     root: Path,
     path: Path,
@@ -302,14 +315,7 @@ def write_atomic(
     """
     try:
         with dir_fd(root, path.parent, create=True) as parent:
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISLNK(os.stat(path.name, dir_fd=parent, follow_symlinks=False).st_mode):
-                    # The rename below would replace it, not follow it; still, a link where a
-                    # file of ours belongs was planted: say so and write nothing.
-                    raise LinkError(
-                        f"{path} is a symbolic link; links below {root} are never followed: "
-                        "remove it"
-                    )
+            _refuse_link(root, path, parent)
             temporary = f".{path.name[:64]}.{secrets.token_hex(6)}.tmp"
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
             fd = os.open(temporary, flags, mode, dir_fd=parent)
@@ -357,12 +363,14 @@ def rename(root: Path, directory: Path, source: str, target: str) -> None:
 def move(root: Path, source: Path, target: Path) -> None:
     """Rename ``source`` to ``target``, both below ``root``, creating ``target``'s directory.
 
-    Both directories are reached without links; a link at ``target`` is replaced, not followed.
+    Both directories are reached without links; a link at ``target`` is refused (a rename
+    would replace it, never follow it, but it was planted where a file of ours belongs).
     """
     with (
         dir_fd(root, source.parent) as source_dir,
         dir_fd(root, target.parent, create=True) as target_dir,
     ):
+        _refuse_link(root, target, target_dir)
         os.replace(source.name, target.name, src_dir_fd=source_dir, dst_dir_fd=target_dir)
 
 

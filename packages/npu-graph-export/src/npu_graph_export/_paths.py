@@ -167,6 +167,8 @@ def write_files(export_path: Path, files: Mapping[str, bytes]) -> None:
             _confine.write_atomic(
                 root, staging / relative, data, todo=todo, shown=export_path / relative
             )
+        for relative in files:  # every target, before the first move: all or nothing
+            _confine.check(root, export_path / relative)
         for relative in files:
             try:
                 _confine.move(root, staging / relative, export_path / relative)
