@@ -223,6 +223,15 @@ def test_other_backend_errors_have_no_reason() -> None:
     assert BackendError("what went wrong; what to do").reason is None
 
 
+def test_a_lost_static_kernel_names_the_compiler_s_first_error_line(
+    compile_case: Callable[[FallbackReason, CompilerConfig | None], npu_compile.NpuBackend],
+) -> None:
+    backend = compile_case(FallbackReason.STATIC_KERNEL_FAILED, None)
+    ((_graph, message),) = backend.stats.fallbacks
+    assert "k.cpp:3:1: error: 'vec' was not declared" in message
+    assert backend.stats.captured == 1  # still captured, without its static kernels
+
+
 def test_reset_forgets_the_reasons(
     compile_case: Callable[[FallbackReason, CompilerConfig | None], npu_compile.NpuBackend],
 ) -> None:
