@@ -168,9 +168,7 @@ def test_read_only_decision_writes_nothing_and_warns_once(
     )
     real = _cache.can_write
     monkeypatch.setattr(
-        _cache,
-        "can_write",
-        lambda d, root=None: False if build_dir in (d, *d.parents) else real(d, root),
+        _cache, "can_write", lambda d: False if build_dir in (d, *d.parents) else real(d)
     )
     before = _tree(build_dir)
     builder = ScaleBuilder()

@@ -163,7 +163,8 @@ class ArtifactCache:
         Raises:
             CacheError: A component of the cache directory is a symbolic link.
         """
-        return can_write(self.root, self.build_dir)
+        _confine.check(self.build_dir, self.root)  # a link planted here is refused, not probed
+        return can_write(self.root)
 
     def entry_dir(self, key: str) -> Path:
         """Return where the artifact for ``key`` lives (it may not exist).
