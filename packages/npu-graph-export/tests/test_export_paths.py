@@ -39,9 +39,12 @@ def _model(seed: int = 0) -> torch.nn.Module:
     return torch.nn.Linear(4, 2).eval()
 
 
-def _export(out: Path, seed: int = 0, **options: int) -> np.ndarray:
+def _export(out: Path, seed: int = 0, embed_limit_bytes: int | None = None) -> np.ndarray:
     model = _model(seed)
-    dynamo_export(torch.from_numpy(X), model=model, export_path=out, config=ExportConfig(**options))
+    config = ExportConfig()
+    if embed_limit_bytes is not None:
+        config = ExportConfig(embed_limit_bytes=embed_limit_bytes)
+    dynamo_export(torch.from_numpy(X), model=model, export_path=out, config=config)
     with torch.no_grad():
         expected: np.ndarray = model(torch.from_numpy(X)).numpy()
     return expected
