@@ -78,6 +78,10 @@ def test_unknown_read_is_an_attribute_error() -> None:
         ("aclgraph_config.use_custom_pool", (0, "7"), "torch.cuda.graph_pool_handle()"),
         ("aclgraph_config.use_custom_pool", (0, 1, 2), "torch.npu.graph_pool_handle()"),
         ("experimental_config.aclgraph._aclnn_static_shape_kernel_build_dir", "", "directory path"),
+        # Refused when assigned, not at the first compile (where it fell back with a reason
+        # that buried the cause).
+        ("experimental_config.aclgraph._aclnn_static_shape_kernel_build_dir", "a\0b", "NUL byte"),
+        ("experimental_config.aclgraph._aclnn_static_shape_kernel_fallback_dir", "\0", "NUL"),
     ],
 )
 def test_wrong_values_name_what_is_allowed(path: str, value: object, allowed: str) -> None:

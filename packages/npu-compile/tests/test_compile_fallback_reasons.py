@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import npu_compile
@@ -90,6 +92,24 @@ def _plus_one(x: torch.Tensor) -> torch.Tensor:
     return x + 1
 
 
+def _static_kernel_fails(monkeypatch: pytest.MonkeyPatch) -> Any:
+    import npu_static_kernel
+
+    def broken(self: object, request: object, out_dir: object) -> None:
+        raise npu_static_kernel.BuildError(
+            "Inductor could not compile the graph (C++ compile error\n\nCommand:\ng++ k.cpp"
+            "\n\nOutput:\nk.cpp:3:1: error: 'vec' was not declared\n)"
+        )
+
+    monkeypatch.setattr(npu_static_kernel.InductorBuilder, "build", broken)
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.no_grad())
+    # The static kernel compiler's own warning is checked in test_static_kernel_failures.
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore", npu_static_kernel.StaticKernelFallbackWarning)
+    return stack
+
+
 _LINEAR = torch.nn.Linear(2, 2)
 
 CASES: dict[FallbackReason, Case] = {
@@ -103,6 +123,7 @@ CASES: dict[FallbackReason, Case] = {
     FallbackReason.AOT_TRACE_FAILED: (_plus_one, (torch.ones(2),), _aot_fails),
     FallbackReason.EXTERNAL_STATE: (_attends, (torch.ones(2),), _on_a_device),
     FallbackReason.SPLITTING_OPS: (_plus_one, (torch.ones(2),), _inference),
+    FallbackReason.STATIC_KERNEL_FAILED: (_plus_one, (torch.ones(3),), _static_kernel_fails),
 }
 
 # With piecewise capture (the default) these graphs are split instead: the whole-graph reasons
@@ -159,7 +180,7 @@ def test_the_reasons_are_public_strings() -> None:
 
 @pytest.fixture
 def compile_case(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> Callable[[FallbackReason, CompilerConfig | None], npu_compile.NpuBackend]:
     """Compile one case's function with a fresh backend and return the backend."""
 
@@ -170,6 +191,10 @@ def compile_case(
             config.aclgraph_config.piecewise = False
         if reason is FallbackReason.SPLITTING_OPS:
             config.aclgraph_config.splitting_ops = ["aten::add"]  # its only operator
+        if reason is FallbackReason.STATIC_KERNEL_FAILED:
+            static = config.experimental_config.aclgraph
+            static._aclnn_static_shape_kernel = True
+            static._aclnn_static_shape_kernel_build_dir = str(tmp_path / "build")
         backend = get_npu_backend(compiler_config=config)
         with around(monkeypatch):
             torch.compile(fn, backend=backend)(*args)
@@ -193,7 +218,9 @@ def test_each_fallback_records_its_reason_next_to_the_message(
     assert message
     assert backend.stats.fallback_reasons == {graph: reason}
     (record,) = [r for r in caplog.records if r.name == "npu_compile"]
-    assert f"runs eagerly ({reason.value}): " in record.getMessage()
+    # A graph whose static kernels failed is still captured: it runs without them, not eagerly.
+    how = "without static kernels" if reason is FallbackReason.STATIC_KERNEL_FAILED else "eagerly"
+    assert f"runs {how} ({reason.value}): " in record.getMessage()
     assert message in record.getMessage()
 
 
@@ -214,6 +241,15 @@ def test_strict_mode_raises_with_the_reason(
 
 def test_other_backend_errors_have_no_reason() -> None:
     assert BackendError("what went wrong; what to do").reason is None
+
+
+def test_a_lost_static_kernel_names_the_compiler_s_first_error_line(
+    compile_case: Callable[[FallbackReason, CompilerConfig | None], npu_compile.NpuBackend],
+) -> None:
+    backend = compile_case(FallbackReason.STATIC_KERNEL_FAILED, None)
+    ((_graph, message),) = backend.stats.fallbacks
+    assert "k.cpp:3:1: error: 'vec' was not declared" in message
+    assert backend.stats.captured == 1  # still captured, without its static kernels
 
 
 def test_reset_forgets_the_reasons(

@@ -15,6 +15,7 @@ from npu_static_kernel import (
     AscendBuilder,
     BuildError,
     StaticKernelCompiler,
+    StaticKernelFallbackWarning,
     compute_key,
 )
 
@@ -170,7 +171,10 @@ def test_missing_op_compiler_says_cann_is_needed(
     assert info.value.code == "build"
 
     lenient = StaticKernelCompiler(tmp_path, builder=AscendBuilder("Ascend910B3"))
-    with caplog.at_level(logging.WARNING, logger="npu_static_kernel"):
+    with (
+        caplog.at_level(logging.WARNING, logger="npu_static_kernel"),
+        pytest.warns(StaticKernelFallbackWarning, match="op_compiler` was not found"),
+    ):
         fn = lenient.compile_static(GM, make_args())
     assert fn == GM.forward
     assert lenient.counters.fallbacks == 1

@@ -25,6 +25,7 @@ from npu_static_kernel import (
     StaticKernelBuilder,
     StaticKernelCompiler,
     StaticKernelDisabledWarning,
+    StaticKernelFallbackWarning,
     compute_key,
 )
 from npu_static_kernel.cli import main as cli_main
@@ -85,7 +86,10 @@ def test_failed_build_leaves_nothing_and_falls_back(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     compiler = StaticKernelCompiler(tmp_path, builder=FileBuilder(fail=True))
-    with caplog.at_level(logging.WARNING, logger="npu_static_kernel"):
+    with (
+        caplog.at_level(logging.WARNING, logger="npu_static_kernel"),
+        pytest.warns(StaticKernelFallbackWarning, match="toolchain exploded"),
+    ):
         fn = compiler.compile_static(GM, [torch.ones(3), 2])
     assert fn == GM.forward
     assert compiler.counters.fallbacks == 1
@@ -246,7 +250,8 @@ def test_only_local_rank_zero_builds(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     builder = FileBuilder()
     follower = StaticKernelCompiler(tmp_path, builder=builder)
-    assert follower.compile_static(GM, [torch.ones(3), 2]) == GM.forward
+    with pytest.warns(StaticKernelFallbackWarning, match="local rank 0 logged why"):
+        assert follower.compile_static(GM, [torch.ones(3), 2]) == GM.forward
     assert groups == [[0, 1, 2, 3], [4, 5, 6, 7]]  # every rank creates every node's group
     # Rank 5 is local rank 1: it waits for its node's builder and, with no artifact, falls back.
     assert builder.built == []
@@ -285,7 +290,10 @@ def test_artifact_failing_its_first_run_falls_back(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     compiler = StaticKernelCompiler(tmp_path, builder=BrokenArtifactBuilder())
-    with caplog.at_level(logging.WARNING, logger="npu_static_kernel"):
+    with (
+        caplog.at_level(logging.WARNING, logger="npu_static_kernel"),
+        pytest.warns(StaticKernelFallbackWarning, match="illegal instruction"),
+    ):
         fn = compiler.compile_static(GM, [torch.ones(3), 2])
     assert fn == GM.forward
     assert compiler.counters.fallbacks == 1
@@ -338,6 +346,7 @@ def test_unwritable_build_dir_falls_back_with_a_clear_reason(
     with (
         caplog.at_level(logging.WARNING, logger="npu_static_kernel"),
         pytest.warns(CacheFallbackWarning, match="not writable"),
+        pytest.warns(StaticKernelFallbackWarning, match="cannot write op statistics"),
     ):
         assert compiler.compile_static(GM, [torch.ones(3), 2]) == GM.forward
     assert compiler.counters.fallbacks == 1
@@ -393,7 +402,10 @@ def test_cache_write_error_falls_back_instead_of_crashing(
 
     monkeypatch.setattr(ArtifactCache, "commit", disk_full)
     compiler = StaticKernelCompiler(tmp_path, builder=FileBuilder())
-    with caplog.at_level(logging.WARNING, logger="npu_static_kernel"):
+    with (
+        caplog.at_level(logging.WARNING, logger="npu_static_kernel"),
+        pytest.warns(StaticKernelFallbackWarning, match="No space left on device"),
+    ):
         assert compiler.compile_static(GM, [torch.ones(3), 2]) == GM.forward
     assert "No space left on device" in caplog.text
     assert compiler.counters.fallbacks == 1

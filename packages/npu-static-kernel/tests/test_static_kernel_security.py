@@ -175,16 +175,16 @@ def test_cli_on_an_unreadable_cache_prints_one_line(
     command: str,
 ) -> None:
     _build(tmp_path)
-    entries = ArtifactCache(tmp_path).root / "entries"
-    real_iterdir = Path.iterdir
+    real_listdir = os.listdir
 
-    def iterdir(self: Path) -> Any:
-        # What a directory without read permission gives a non-root user.
-        if self == entries:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_iterdir(self)
+    def listdir(path: Any = ".") -> list[str]:
+        # What a directory without read permission gives a non-root user; the cache lists
+        # entries/ through the descriptor it reached it with.
+        if isinstance(path, int):
+            raise PermissionError(13, "Permission denied")
+        return real_listdir(path)
 
-    monkeypatch.setattr(Path, "iterdir", iterdir)
+    monkeypatch.setattr(os, "listdir", listdir)
     assert cli_main([command, "--build-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: cannot read the static kernel cache")

@@ -1,8 +1,9 @@
 """Why an FX graph runs eagerly instead of captured: one code per cause, and the record kept.
 
 A graph the backend cannot capture falls back to eager (or raises with
-``debug.aclgraph.strict``). Each fallback carries a :class:`FallbackReason`, for programs and
-tests, next to the message written for people.
+``debug.aclgraph.strict``); a captured graph whose static kernels could not be built runs
+without them. Each fallback carries a :class:`FallbackReason`, for programs and tests, next to
+the message written for people.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ class FallbackReason(enum.StrEnum):
             ``torch.Tag.cudagraph_unsafe``, which a replay would reuse stale.
         SPLITTING_OPS: Every operator worth capturing is named in
             ``aclgraph_config.splitting_ops``, so no piece is left to capture.
+        STATIC_KERNEL_FAILED: Static kernels are on but could not be built, found or loaded for
+            a shape of the graph (a compiler error, a link refused in the build directory, a
+            full disk). The graph is still captured and replayed, without them; the message
+            gives the cause (the compiler's first error line). Recorded once per graph.
     """
 
     MIXED_DEVICES = "mixed_devices"
@@ -41,6 +46,7 @@ class FallbackReason(enum.StrEnum):
     AOT_TRACE_FAILED = "aot_trace_failed"
     EXTERNAL_STATE = "external_state"
     SPLITTING_OPS = "splitting_ops"
+    STATIC_KERNEL_FAILED = "static_kernel_failed"
 
 
 class Fallback(NamedTuple):

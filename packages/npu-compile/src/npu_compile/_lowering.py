@@ -7,7 +7,9 @@ from typing import Any
 
 import torch
 
+from npu_compile._fallback import FallbackReason
 from npu_compile.configs.compiler_config import CompilerConfig
+from npu_compile.errors import BackendError
 
 __all__ = ["capture_options", "specialized_per_shape", "specializer"]
 
@@ -37,12 +39,29 @@ def capture_options(config: CompilerConfig) -> Any:
 
 
 def specializer(
-    config: CompilerConfig, gm: torch.fx.GraphModule
+    config: CompilerConfig,
+    gm: torch.fx.GraphModule,
+    *,
+    name: str = "",
+    lost: Callable[[str], None] | None = None,
 ) -> Callable[[object, Sequence[object]], Callable[..., Any]] | None:
+    """The per-shape static kernel hook for ``gm``, or None when static kernels are off.
+
+    Args:
+        config: The compiler options.
+        gm: The graph to specialise.
+        name: The FX graph's name, for messages.
+        lost: Called with the cause (one line) each time a shape falls back to running without
+            its static kernels.
+
+    Returns:
+        The hook. With ``debug.aclgraph.strict`` it raises :class:`BackendError` (reason
+        ``static_kernel_failed``) where a shape's static kernels cannot be built.
+    """
     static = config.experimental_config.aclgraph
     if not static._aclnn_static_shape_kernel:
         return None
-    from npu_static_kernel import StaticKernelCompiler
+    from npu_static_kernel import NpuStaticKernelError, StaticKernelCompiler
 
     # strict: a failed build raises instead of running the graph without static kernels.
     compiler = StaticKernelCompiler(
@@ -52,7 +71,19 @@ def specializer(
     )
 
     def specialize(key: object, args: Sequence[object]) -> Callable[..., Any]:
-        compiled: Callable[..., Any] = compiler.compile_static(gm, list(args))
+        before = compiler.counters.fallbacks
+        try:
+            compiled: Callable[..., Any] = compiler.compile_static(gm, list(args))
+        except NpuStaticKernelError as error:  # strict mode
+            reason = FallbackReason.STATIC_KERNEL_FAILED
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise BackendError(
+                f"cannot build the static kernels of FX graph {name or '?'} ({reason}): {first} "
+                "(debug.aclgraph.strict is set; unset it to run such graphs without them)",
+                reason=reason,
+            ) from error
+        if lost is not None and compiler.counters.fallbacks != before:
+            lost(compiler.last_fallback_reason or "unknown cause")
         return compiled
 
     return specialize

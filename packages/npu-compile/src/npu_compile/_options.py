@@ -60,11 +60,20 @@ def choice(*allowed: str, hints: dict[str, str] | None = None) -> Validator[str]
 
 
 def optional_path(path: str, value: object) -> str | None:
-    """``None`` or a non-empty path (``str`` or ``os.PathLike``), stored as ``str``."""
+    """``None`` or a non-empty path (``str`` or ``os.PathLike``), stored as ``str``.
+
+    Checked when assigned: a NUL byte (which no file system accepts) is refused here rather than
+    at the first compile, where it would only surface as a fallback.
+    """
     if value is None:
         return None
     if isinstance(value, (str, os.PathLike)):
         text = os.fspath(value)
+        if isinstance(text, str) and "\0" in text:
+            raise ConfigError(
+                f"{path} {text!r} contains a NUL byte, which no file system accepts; pass a "
+                "valid directory path"
+            )
         if isinstance(text, str) and text:
             return text
     raise ConfigError(f"{path} must be None or a non-empty directory path, got {_describe(value)}")

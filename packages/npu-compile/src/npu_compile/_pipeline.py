@@ -119,6 +119,20 @@ def _fallback(
     return forward_of(gm)
 
 
+def _static_kernels_lost(name: str, stats: BackendStats) -> Callable[[str], None]:
+    """Record, once per FX graph, that a shape of it runs without its static kernels."""
+
+    def lost(cause: str) -> None:
+        if name in stats.fallback_reasons:
+            return  # every later shape fails the same way: one entry per graph
+        reason = FallbackReason.STATIC_KERNEL_FAILED
+        message = f"a shape runs captured but without its static kernels: {cause}"
+        logger.warning("FX graph %s runs without static kernels (%s): %s", name, reason, message)
+        stats._add_fallback(name, reason, message)
+
+    return lost
+
+
 def compile_graph(
     gm: torch.fx.GraphModule,
     example_inputs: list[object],
@@ -221,7 +235,7 @@ def compile_graph(
         if eager:
             stats.eager += 1
             dumper = _dump.data_dumper(prepared, config, name)
-            forward = dumper or eager_forward(prepared, config)
+            forward = dumper or eager_forward(prepared, config, name, stats)
             plan.direct = forward
             plan.bypass = bypass
             return artifact(prepared, forward, capture=False)
@@ -236,7 +250,8 @@ def compile_graph(
             plan.bypass = bypass
             return artifact(prepared, pieces, kinds=tuple(kinds))
         forward = forward_of(prepared)
-        specialize = _passes.filter_specializer(config, specializer(config, prepared), forward)
+        hook = specializer(config, prepared, name=name, lost=_static_kernels_lost(name, stats))
+        specialize = _passes.filter_specializer(config, hook, forward)
         replayed = forward
         if (
             device_type == "cpu"
@@ -322,10 +337,17 @@ def bundling() -> bool:
     )
 
 
-def eager_forward(gm: torch.fx.GraphModule, config: CompilerConfig) -> CompiledFn:
+def eager_forward(
+    gm: torch.fx.GraphModule,
+    config: CompilerConfig,
+    name: str = "",
+    stats: BackendStats | None = None,
+) -> CompiledFn:
     """The graph run without capture; with static kernels on, per shape, as documented."""
     forward = forward_of(gm)
-    specialize = _passes.filter_specializer(config, specializer(config, gm), forward)
+    lost = _static_kernels_lost(name, stats) if stats is not None else None
+    hook = specializer(config, gm, name=name, lost=lost)
+    specialize = _passes.filter_specializer(config, hook, forward)
     if specialize is not None:
         # The whole pipeline but the capture: static kernels included.
         forward = specialized_per_shape(specialize, forward)
@@ -382,7 +404,7 @@ def rebuild(artifact: GraphArtifact, gm: torch.fx.GraphModule) -> CompiledFn:
         return forward_of(gm)
     if not artifact.capture:
         loaded_stats.eager += 1
-        return eager_forward(gm, config)
+        return eager_forward(gm, config, name, loaded_stats)
     device = torch.device(artifact.device)
     if config.aclgraph_config.piecewise:
         splits = split_points(gm, device, config.aclgraph_config.splitting_ops)
@@ -391,7 +413,8 @@ def rebuild(artifact: GraphArtifact, gm: torch.fx.GraphModule) -> CompiledFn:
             if pieces is not None:
                 return pieces
     forward = forward_of(gm)
-    specialize = _passes.filter_specializer(config, specializer(config, gm), forward)
+    hook = specializer(config, gm, name=name, lost=_static_kernels_lost(name, loaded_stats))
+    specialize = _passes.filter_specializer(config, hook, forward)
     function = runner_function(
         forward,
         gm,

@@ -51,6 +51,8 @@ class BackendStats:
         eager: FX graphs run without capture because ``debug.run_eagerly`` is set.
         fallbacks: A :class:`Fallback` ``(graph, message)`` for each FX graph that fell back to
             eager, in order; it unpacks as a pair (``for graph, message in stats.fallbacks``).
+            A captured graph that runs without its static kernels (reason
+            ``static_kernel_failed``) is listed too, once.
         fallback_reasons: The :class:`FallbackReason` of each graph in ``fallbacks``, by graph
             name (``collections.Counter(stats.fallback_reasons.values())`` counts them per
             reason).

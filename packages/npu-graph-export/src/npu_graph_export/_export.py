@@ -15,7 +15,13 @@ from npu_graph_export._config import ExportConfig, resolve_config
 from npu_graph_export._convert import Converted, convert
 from npu_graph_export._converters import ge_dtype
 from npu_graph_export._graph import WEIGHT_ATTR, DType, set_attr, tensor_desc
-from npu_graph_export._paths import check_export_name, check_target, weight_file_name, write_files
+from npu_graph_export._paths import (
+    check_export_name,
+    check_export_path,
+    check_target,
+    weight_file_name,
+    write_files,
+)
 from npu_graph_export._pbtxt import render_pbtxt
 from npu_graph_export._proto import ge_ir_pb2 as ge
 from npu_graph_export._trace import trace
@@ -159,7 +165,11 @@ def dynamo_export(
         The paths written, as an :class:`ExportResult`.
 
     Raises:
-        ExportPathError: unsafe ``export_path``/``export_name`` (symlink, escaping path).
+        ConfigError: ``export_path`` is empty or contains a NUL byte.
+        ExportPathError: unsafe ``export_path``/``export_name`` (a symbolic link at any level
+            below ``export_path``'s parent, an escaping path).
+        ExportWriteError: a file cannot be written (full disk, file size limit, permissions);
+            the message names it, and files of an earlier export are left unchanged.
         GraphBreakError: the model is not one graph; ``DataDependentControlFlowError`` for
             branches on tensor values.
         UnsupportedOpError: an ATen op without GE converter (message names op and module).
@@ -180,7 +190,7 @@ def dynamo_export(
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_export_name(export_name)
-    root = Path(export_path)
+    root = check_export_path(export_path)
     dist_info = _distributed()
     rank = None if dist_info is None else dist_info[0]
     sub = Path() if rank is None else Path(f"rank_{rank}")

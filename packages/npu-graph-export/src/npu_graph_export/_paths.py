@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import socket
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from npu_graph_export.errors import ExportPathError
+from npu_graph_export import _confine
+from npu_graph_export.errors import ExportPathError, NpuGraphExportError
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 
@@ -45,23 +46,35 @@ def weight_file_name(qualified_name: str) -> str:
     return _SAFE.sub("_", qualified_name.replace(".", "_")) or "weight"
 
 
-def check_target(export_path: Path, relative_files: list[str]) -> None:
-    """Refuse symlinked targets and paths that leave ``export_path``, before anything is written.
+def _root(export_path: Path) -> Path:
+    """The trusted directory of an export: the parent of ``export_path``, as the user gave it."""
+    return export_path.absolute().parent
+
+
+def check_export_path(export_path: object) -> Path:
+    """Return ``export_path`` as a :class:`Path`, refusing values no file system accepts.
 
     Raises:
-        ExportPathError: ``export_path`` or one of the files to write is a symlink, exists as the
-            wrong kind of entry, or resolves outside ``export_path``.
+        ConfigError: An empty path, a path with a NUL byte, or not a path at all.
     """
-    if export_path.is_symlink():
-        raise ExportPathError(
-            f"export_path {str(export_path)!r} is a symbolic link; refusing to write through it. "
-            "Pass the real directory instead"
-        )
-    if export_path.exists() and not export_path.is_dir():
+    return Path(_confine.check_path_value(export_path, "export_path"))
+
+
+def check_target(export_path: Path, relative_files: list[str]) -> None:
+    """Refuse links and paths that leave ``export_path``, before anything is written.
+
+    ``export_path``'s parent is trusted as given; ``export_path`` and every directory and file
+    below it are looked up without following a link (see ``_confine``).
+
+    Raises:
+        ExportPathError: ``export_path``, a directory on the way to a file, or a file to write is
+            a symbolic link, exists as the wrong kind of entry, or leaves ``export_path``.
+    """
+    root = _root(export_path)
+    if _confine.check(root, export_path) and not export_path.is_dir():
         raise ExportPathError(
             f"export_path {str(export_path)!r} exists and is not a directory; choose another path"
         )
-    root = export_path.resolve()
     for relative in relative_files:
         parts = Path(relative).parts
         if Path(relative).is_absolute() or ".." in parts:
@@ -69,22 +82,8 @@ def check_target(export_path: Path, relative_files: list[str]) -> None:
                 f"{relative!r} would be written outside export_path {str(export_path)!r}; "
                 "use names without '/' or '..'"
             )
-        # Check every component *before* resolving: a symlinked rank_<r> directory or weight
-        # file would otherwise redirect the write somewhere else.
-        target = export_path
-        for part in parts:
-            target = target / part
-            if target.is_symlink():
-                raise ExportPathError(
-                    f"{str(target)!r} is a symbolic link; refusing to write through it. "
-                    "Remove the link or export elsewhere"
-                )
-        if root not in target.resolve().parents:
-            raise ExportPathError(
-                f"{relative!r} would be written outside export_path {str(export_path)!r}; "
-                "use names without '/' or '..'"
-            )
-        if target.exists() and target.is_dir():
+        target = export_path / relative
+        if _confine.check(root, target) and target.is_dir():
             raise ExportPathError(f"{str(target)!r} is a directory; remove it or export elsewhere")
 
 
@@ -139,27 +138,44 @@ def write_files(export_path: Path, files: Mapping[str, bytes]) -> None:
 
     Everything is first written into a temporary directory next to ``export_path`` (same file
     system), then each file is moved into place with ``os.replace``, so a reader never sees a
-    truncated file and a failure while writing leaves earlier exports untouched. The staging
-    directory's name holds this host and process id; the staging directories of processes that
-    died before cleaning up are removed here.
+    truncated file and a failure while writing (a full disk) leaves earlier exports untouched.
+    Every directory below ``export_path``'s parent is reached without following a link. The
+    staging directory's name holds this host and process id; the staging directories of
+    processes that died before cleaning up are removed here.
+
+    Raises:
+        ExportPathError: A component below ``export_path``'s parent is a symbolic link.
+        ExportWriteError: A file cannot be written (full disk, size limit, permissions); the
+            message names it. Nothing of this export is left then.
     """
-    parent = export_path.absolute().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(parent)
-    prefix = f"{_STAGING_PREFIX}{_host()}-{os.getpid()}-"
-    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    root = _root(export_path)
+    todo = (
+        f"free space (or raise the limit) or pass another export_path; nothing was written and "
+        f"files already in {export_path} are unchanged"
+    )
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(root)
+        prefix = f"{_STAGING_PREFIX}{_host()}-{os.getpid()}-"
+        staging = _confine.make_temp_dir(root, root, prefix)
+    except NpuGraphExportError:
+        raise
+    except OSError as error:
+        raise _confine.write_error(export_path, error, todo) from error
     try:
         for relative, data in files.items():
-            path = staging / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-        export_path.mkdir(parents=True, exist_ok=True)
+            _confine.write_atomic(
+                root, staging / relative, data, todo=todo, shown=export_path / relative
+            )
+        for relative in files:  # every target, before the first move: all or nothing
+            _confine.check(root, export_path / relative)
         for relative in files:
-            target = export_path / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging / relative, target)
+            try:
+                _confine.move(root, staging / relative, export_path / relative)
+            except NpuGraphExportError:
+                raise
+            except OSError as error:
+                raise _confine.write_error(export_path / relative, error, todo) from error
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            _confine.remove(root, staging)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import math
@@ -223,9 +224,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for index, output in enumerate(outputs):
         print(f"output{index}: {output.dtype} {list(output.shape)}")
         if args.output_dir is not None:
+            from npu_graph_export import _confine
+
+            # The directory is the user's; the file in it is written atomically, never through
+            # a link, and a full disk names the file.
             directory = Path(args.output_dir)
-            directory.mkdir(parents=True, exist_ok=True)
-            np.save(directory / f"output{index}.npy", output)
+            _confine.write_atomic(
+                directory,
+                directory / f"output{index}.npy",
+                functools.partial(np.save, arr=output, allow_pickle=False),
+                todo="free space or pass another --output-dir",
+            )
     return 0
 
 
@@ -339,6 +348,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except OSError as error:
+        if error.filename and error.errno is not None:
+            from npu_graph_export import _confine
+
+            # Name the file and say what to do (a full disk, no permission).
+            error = _confine.write_error(error.filename, error, action="read or write")
         print(f"error: {error}", file=sys.stderr)
         return 1
     except MemoryError:

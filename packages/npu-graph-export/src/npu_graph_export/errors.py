@@ -15,6 +15,7 @@ __all__ = [
     "UnsupportedOpError",
     "ModelFormatError",
     "ExportPathError",
+    "ExportWriteError",
     "GraphBreakError",
     "DataDependentControlFlowError",
     "RuntimeInputError",
@@ -43,6 +44,16 @@ class ExportPathError(ExportError):
     """The export target is unsafe: a symlink, a file in the way, or a path that escapes it."""
 
     code: ClassVar[str] = "export-path"
+
+
+class ExportWriteError(NpuGraphExportError, OSError):
+    """A file of the export (or a runtime output) could not be written.
+
+    A full disk, a file size limit or a missing permission: the message names the file and what
+    to do. Nothing partial is left, and files from an earlier export are unchanged.
+    """
+
+    code: ClassVar[str] = "export-write"
 
 
 class GraphBreakError(ExportError):

@@ -39,6 +39,7 @@ from npu_static_kernel.errors import (
     ConfigError,
     NpuStaticKernelError,
     StaticKernelDisabledWarning,
+    StaticKernelFallbackWarning,
 )
 
 __all__ = [
@@ -72,4 +73,5 @@ __all__ = [
     "ConfigError",
     "StaticKernelDisabledWarning",
     "CacheFallbackWarning",
+    "StaticKernelFallbackWarning",
 ]

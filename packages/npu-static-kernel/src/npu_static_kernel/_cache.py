@@ -13,31 +13,42 @@ An entry directory is complete by construction: it is assembled under a temporar
 renamed into place with ``os.replace``; ``meta.json`` is written before the rename and records the
 SHA-256 and size of every file, which :meth:`ArtifactCache.verify` checks before anything is
 loaded. Everything read from the directory is treated as untrusted: keys must be the hex digests
-they are, paths are resolved and confined to ``entries/``, and the index is only a listing
-convenience (lookups and listings read the entry directories themselves).
+they are, and the index is only a listing convenience (lookups and listings read the entry
+directories themselves). Every path below the build directory is reached from its parent's
+descriptor without following a link (``_confine``): a link at any level (``static_kernel_cache``,
+``entries``, ``locks``, a key, a file) is refused with an error that names it, or, for a key
+under ``entries/``, removed as a link; it is never followed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
-import hashlib
 import json
 import logging
 import os
-import re
+import secrets
 import shutil
 import stat
-import tempfile
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import filelock
 
+from npu_static_kernel import _confine
+from npu_static_kernel._entry import (
+    META,
+    CacheEntry,
+    check_key,
+    entry_problem,
+    file_digest,
+    is_key,
+    now,
+    safe_relative,
+    stream_digest,
+)
 from npu_static_kernel._interface import builder_class, path_of
-from npu_static_kernel._io import atomic_write_json
+from npu_static_kernel._io import json_bytes
 from npu_static_kernel.errors import CacheError
 
 __all__ = [
@@ -48,154 +59,17 @@ __all__ = [
     "can_write",
     "file_digest",
     "is_key",
+    "now",
     "safe_relative",
 ]
 
 CACHE_DIRNAME = "static_kernel_cache"
-META = "meta.json"
 _TMP_PREFIX = ".tmp-"
-_KEY = re.compile(r"[0-9a-f]{64}")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 # A meta.json is a few KiB; anything much larger is not ours and is not read into memory.
 _MAX_META_BYTES = 16 << 20
+_TODO = "free space, or pass another build directory"
 
 logger = logging.getLogger("npu_static_kernel")
-
-
-def is_key(value: object) -> bool:
-    """Whether ``value`` is an artifact key: a SHA-256 hex digest (64 lowercase hex digits)."""
-    return isinstance(value, str) and _KEY.fullmatch(value) is not None
-
-
-def _check_key(key: object) -> str:
-    if not is_key(key):
-        raise CacheError(
-            f"{key!r} is not an artifact key (keys are 64 lowercase hex digits); run "
-            "`npu-static-kernel list` to see the keys"
-        )
-    assert isinstance(key, str)
-    return key
-
-
-def safe_relative(name: object) -> PurePosixPath | None:
-    """Return ``name`` as a relative POSIX path that stays inside its root, else None.
-
-    Refused: non-strings, empty names, absolute paths, ``..`` or ``.`` components, backslashes
-    and NUL bytes.
-    """
-    if not isinstance(name, str) or not name or "\0" in name or "\\" in name:
-        return None
-    path = PurePosixPath(name)
-    if path.is_absolute() or any(part in ("..", ".", "") for part in name.split("/")):
-        return None
-    return path
-
-
-def file_digest(path: Path) -> tuple[str, int]:
-    """Return the SHA-256 hex digest and size of a regular file (read in chunks)."""
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    """One committed artifact.
-
-    Attributes:
-        key: The content hash the artifact is stored under.
-        builder: Name of the builder that made it.
-        device: Device fingerprint it was built for.
-        inputs: Argument descriptions (``float32[4, 8]``, ``int=4``) it is specialised for.
-        created: ISO timestamp of the commit.
-        graph: A short name of the graph (its class name).
-        size_bytes: Total size of the artifact files.
-        path: Directory of the artifact.
-        extra: Anything else the writer recorded.
-        files: Relative path -> ``{"sha256": hex digest, "size": bytes}`` of every artifact file
-            (``meta.json`` aside), checked before the artifact is loaded.
-    """
-
-    key: str
-    builder: str
-    device: str
-    inputs: tuple[str, ...]
-    created: str
-    graph: str = ""
-    size_bytes: int = 0
-    path: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-    files: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """Return a JSON-serialisable dict."""
-        data = asdict(self)
-        data["inputs"] = list(self.inputs)
-        return data
-
-    @classmethod
-    def from_json(cls, data: Any) -> CacheEntry:
-        """Rebuild an entry from :meth:`to_json` output, checking every field's type.
-
-        Raises:
-            CacheError: ``data`` is not an entry (not an object, a missing or mistyped field).
-        """
-        problem = _entry_problem(data)
-        if problem is not None:
-            raise CacheError(
-                f"malformed static kernel cache entry ({problem}); remove it with "
-                "`npu-static-kernel clean`"
-            )
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        known["inputs"] = tuple(known.get("inputs", ()))
-        return cls(**known)
-
-
-def _entry_problem(data: Any) -> str | None:
-    """Describe what makes ``data`` an invalid entry, or None when it is valid."""
-    if not isinstance(data, dict):
-        return f"a JSON {type(data).__name__}, not an object"
-    if not is_key(data.get("key")):
-        return "no valid key"
-    for name in ("builder", "device", "created"):
-        if not isinstance(data.get(name), str):
-            return f"{name!r} is not a string"
-    for name in ("graph", "path"):
-        if not isinstance(data.get(name, ""), str):
-            return f"{name!r} is not a string"
-    inputs = data.get("inputs", [])
-    if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
-        return "'inputs' is not a list of strings"
-    size = data.get("size_bytes", 0)
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        return "'size_bytes' is not a non-negative integer"
-    if not isinstance(data.get("extra", {}), dict):
-        return "'extra' is not an object"
-    files = data.get("files", {})
-    if not isinstance(files, dict):
-        return "'files' is not an object"
-    for name, digest in files.items():
-        if safe_relative(name) is None or name == META:
-            return f"file name {name!r} leaves the artifact directory"
-        if not isinstance(digest, dict) or not isinstance(digest.get("sha256"), str):
-            return f"no sha256 for {name!r}"
-        if _SHA256.fullmatch(digest["sha256"]) is None:
-            return f"bad sha256 for {name!r}"
-        size = digest.get("size")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            return f"bad size for {name!r}"
-    return None
-
-
-def _remove_dir(path: Path, key: str) -> None:
-    """Rename ``path`` to a staging name first, so no reader ever sees it half-deleted."""
-    trash = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{key}-old-", dir=path.parent))
-    os.replace(path, trash / "old")
-    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _manifest(directory: Path) -> dict[str, dict[str, Any]]:
@@ -216,20 +90,29 @@ def _manifest(directory: Path) -> dict[str, dict[str, Any]]:
     return files
 
 
-def can_write(directory: Path) -> bool:
+def can_write(directory: Path, root: Path | None = None) -> bool:
     """Whether files can be created in ``directory`` (created with its parents if missing).
 
     Decided by creating (and removing) a probe file, not from permission bits: that is also
     right for read-only mounts, immutable directories and processes with elevated privileges.
+
+    Args:
+        directory: The directory to probe.
+        root: The trusted directory ``directory`` lies in (default: ``directory`` itself);
+            nothing below it may be a link.
+
+    Raises:
+        CacheError: A component below ``root`` is a symbolic link.
     """
+    root = directory if root is None else root
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=directory)
+        probe = _confine.make_temp_dir(root, directory, ".write-probe-")
+    except CacheError:
+        raise
     except OSError:
         return False
-    os.close(fd)
     with contextlib.suppress(OSError):
-        os.unlink(probe)
+        _confine.remove(root, probe)
     return True
 
 
@@ -255,15 +138,19 @@ class ArtifactCache:
     """
 
     def __init__(self, build_dir: str | os.PathLike[str] | None = None) -> None:
-        self.root = path_of(build_dir) / CACHE_DIRNAME
+        # The trusted root: the build directory as given. Nothing below it is followed.
+        self.build_dir = path_of(build_dir)
+        self.root = self.build_dir / CACHE_DIRNAME
         self._entries_dir = self.root / "entries"
         self._locks_dir = self.root / "locks"
         self._index = self.root / "index.json"
 
     def _ensure(self) -> None:
         try:
-            self._entries_dir.mkdir(parents=True, exist_ok=True)
-            self._locks_dir.mkdir(parents=True, exist_ok=True)
+            _confine.make_dirs(self.build_dir, self._entries_dir)
+            _confine.make_dirs(self.build_dir, self._locks_dir)
+        except CacheError:
+            raise
         except OSError as exc:
             raise CacheError(
                 f"cannot create the static kernel cache in {self.root} ({exc}); pass a writable "
@@ -271,7 +158,12 @@ class ArtifactCache:
             ) from exc
 
     def writable(self) -> bool:
-        """Whether this process can add artifacts to the cache (see :func:`can_write`)."""
+        """Whether this process can add artifacts to the cache (see :func:`can_write`).
+
+        Raises:
+            CacheError: A component of the cache directory is a symbolic link.
+        """
+        _confine.check(self.build_dir, self.root)  # a link planted here is refused, not probed
         return can_write(self.root)
 
     def entry_dir(self, key: str) -> Path:
@@ -280,19 +172,22 @@ class ArtifactCache:
         Raises:
             CacheError: ``key`` is not a hex digest.
         """
-        return self._entries_dir / _check_key(key)
+        return self._entries_dir / check_key(key)
 
-    def _confined(self, key: str) -> Path | None:
-        """The entry directory of ``key`` if it is a real directory inside ``entries/``."""
-        path = self.entry_dir(key)
-        try:
-            if path.is_symlink() or not path.is_dir():
-                return None
-            if path.resolve().parent != self._entries_dir.resolve():
-                return None
-        except (OSError, RuntimeError):
-            return None
-        return path
+    def _has_entries(self) -> bool:
+        """Whether ``entries/`` exists; a link (or a file) on the way to it raises CacheError."""
+        return _confine.check(self.build_dir, self._entries_dir)
+
+    @contextlib.contextmanager
+    def _entries_fd(self) -> Iterator[int]:
+        with _confine.dir_fd(self.build_dir, self._entries_dir) as fd:
+            yield fd
+
+    def _lock_file(self, path: Path) -> filelock.FileLock:
+        """A file lock at ``path``, refused when ``path`` (or a directory above) is a link."""
+        self._ensure()
+        _confine.check(self.build_dir, path)
+        return filelock.FileLock(str(path))
 
     @contextlib.contextmanager
     def key_lock(self, key: str, timeout: float = -1) -> Iterator[None]:
@@ -305,12 +200,11 @@ class ArtifactCache:
             timeout: Seconds to wait (``-1`` waits forever).
 
         Raises:
-            CacheError: ``key`` is not a hex digest, or the lock was not obtained within
-                ``timeout``.
+            CacheError: ``key`` is not a hex digest, the lock file is a link, or the lock was
+                not obtained within ``timeout``.
         """
-        _check_key(key)
-        self._ensure()
-        lock = filelock.FileLock(str(self._locks_dir / f"{key}.lock"))
+        check_key(key)
+        lock = self._lock_file(self._locks_dir / f"{key}.lock")
         try:
             lock.acquire(timeout=timeout)
         except filelock.Timeout as exc:
@@ -329,28 +223,26 @@ class ArtifactCache:
             lock.release()
 
     def _index_lock(self) -> filelock.FileLock:
-        self._ensure()
-        return filelock.FileLock(str(self._index) + ".lock")
+        return self._lock_file(self.root / "index.json.lock")
 
     def read_entry(self, key: str) -> CacheEntry | None:
         """Return the committed entry of ``key`` from its ``meta.json``, or None on a miss.
 
         A missing, unreadable, oversized or malformed ``meta.json``, a ``meta.json`` written for
-        another key, and an entry directory that is a symbolic link all count as a miss.
+        another key, and an entry directory (or ``meta.json``) that is a symbolic link all count
+        as a miss.
+
+        Raises:
+            CacheError: ``static_kernel_cache`` or ``entries`` is a symbolic link.
         """
-        if not is_key(key):
+        if not is_key(key) or not self._has_entries():
             return None
-        path = self._confined(key)
-        if path is None:
-            return None
-        meta = path / META
         try:
-            if meta.is_symlink() or meta.stat().st_size > _MAX_META_BYTES:
-                return None
-            data = json.loads(meta.read_text(encoding="utf-8"))
+            raw = _confine.read_bytes(self.build_dir, self.entry_dir(key) / META, _MAX_META_BYTES)
+            data = json.loads(raw.decode("utf-8"))
         except (OSError, ValueError):
             return None
-        if _entry_problem(data) is not None or data["key"] != key:
+        if entry_problem(data) is not None or data["key"] != key:
             return None
         return CacheEntry.from_json(data)
 
@@ -361,12 +253,14 @@ class ArtifactCache:
     def verify(self, key: str) -> Path:
         """Check every file of ``key``'s artifact against the SHA-256 and size in its meta.json.
 
+        Every file is opened from its directory's descriptor without following a link.
+
         Returns:
             The verified artifact directory.
 
         Raises:
-            CacheError: The artifact is missing, lists no files, or a file is missing, is not a
-                regular file inside the artifact, or differs in size or content.
+            CacheError: The artifact is missing, lists no files, or a file is missing, is a link
+                or not a regular file, or differs in size or content.
         """
         entry = self.read_entry(key)
         if entry is None:
@@ -377,26 +271,26 @@ class ArtifactCache:
                 "it is rebuilt"
             )
         root = self.entry_dir(key)
-        resolved_root = root.resolve()
         for name, expected in entry.files.items():
-            path = root / name
             try:
-                if path.is_symlink() or not path.is_file():
-                    raise CacheError(f"{name} is missing or not a regular file")
-                if resolved_root not in path.resolve().parents:
-                    raise CacheError(f"{name} resolves outside the artifact")
-                if path.stat().st_size != expected["size"]:
-                    raise CacheError(
-                        f"{name} has {path.stat().st_size} bytes, {expected['size']} recorded"
-                    )
-                sha, _ = file_digest(path)
-            except OSError as exc:
-                raise CacheError(
-                    f"the artifact {key[:12]} cannot be read ({exc}); it is rebuilt"
-                ) from exc
+                fd = _confine.open_file(self.build_dir, root / name)
+                with open(fd, "rb") as handle:
+                    size = os.fstat(handle.fileno()).st_size
+                    if size != expected["size"]:
+                        raise CacheError(f"{name} has {size} bytes, {expected['size']} recorded")
+                    sha, _ = stream_digest(handle)
             except CacheError as exc:
                 raise CacheError(
                     f"the artifact {key[:12]} does not match its meta.json ({exc}); it is rebuilt"
+                ) from exc
+            except FileNotFoundError as exc:
+                raise CacheError(
+                    f"the artifact {key[:12]} does not match its meta.json ({name} is missing); "
+                    "it is rebuilt"
+                ) from exc
+            except OSError as exc:
+                raise CacheError(
+                    f"the artifact {key[:12]} cannot be read ({exc}); it is rebuilt"
                 ) from exc
             if sha != expected["sha256"]:
                 raise CacheError(
@@ -407,22 +301,44 @@ class ArtifactCache:
 
     def discard_stale(self, key: str) -> list[Path]:
         """Remove staging directories of ``key`` left by killed builds (hold the key lock)."""
-        _check_key(key)
+        check_key(key)
         removed = []
-        if self._entries_dir.is_dir():
-            for path in self._entries_dir.glob(f"{_TMP_PREFIX}{key}-*"):
-                if path.is_symlink():
-                    path.unlink(missing_ok=True)
-                else:
-                    shutil.rmtree(path, ignore_errors=True)
+        for name in self._entry_names():
+            if name.startswith(f"{_TMP_PREFIX}{key}-"):
+                path = self._entries_dir / name
+                _confine.remove(self.build_dir, path)  # a link is removed as a link
                 removed.append(path)
         return removed
 
     def staging(self, key: str) -> Path:
         """Return a fresh, empty staging directory for a build of ``key``."""
-        _check_key(key)
+        check_key(key)
         self._ensure()
-        return Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{key}-", dir=self._entries_dir))
+        try:
+            return _confine.make_temp_dir(self.build_dir, self._entries_dir, f"{_TMP_PREFIX}{key}-")
+        except CacheError:
+            raise
+        except OSError as exc:
+            raise _confine.write_error(self._entries_dir, exc, _TODO) from exc
+
+    def _publish(self, key: str, staging: Path) -> None:
+        """Rename ``staging`` (in ``entries/``) to ``entries/<key>``, inside the verified directory.
+
+        Whatever is at ``<key>`` already is moved aside first: a link or a file is removed as
+        such (never followed), a directory is renamed away and deleted.
+        """
+        if staging.parent != self._entries_dir:
+            raise CacheError(f"{staging} is not a staging directory of {self._entries_dir}")
+        with self._entries_fd() as fd:
+            try:
+                mode: int | None = os.stat(key, dir_fd=fd, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                mode = None
+            if mode is not None and stat.S_ISDIR(mode):
+                _move_aside(fd, key)
+            elif mode is not None:
+                os.unlink(key, dir_fd=fd)
+            os.replace(staging.name, key, src_dir_fd=fd, dst_dir_fd=fd)
 
     def commit(self, entry: CacheEntry, staging: Path) -> Path:
         """Move a finished staging directory into place and record it in the index.
@@ -434,6 +350,10 @@ class ArtifactCache:
 
         Returns:
             The committed artifact directory.
+
+        Raises:
+            CacheError: A component of the cache is a symbolic link, or the disk is full (the
+                message names the file); nothing is committed then.
         """
         final = self.entry_dir(entry.key)
         files = _manifest(staging)
@@ -445,25 +365,26 @@ class ArtifactCache:
                 "files": files,
             }
         )
-        atomic_write_json(staging / META, entry.to_json())
-        if final.is_symlink():
-            final.unlink()
-        elif final.exists():
-            # An unreadable leftover under the same key: move it aside first, since a directory
-            # cannot be replaced by a rename while it has content.
-            _remove_dir(final, entry.key)
-        os.replace(staging, final)
+        _confine.write_atomic(
+            self.build_dir, staging / META, json_bytes(entry.to_json()), todo=_TODO
+        )
+        self._publish(entry.key, staging)
+        self._index_add(entry.key, entry.to_json())
+        return final
+
+    def _index_add(self, key: str, document: Mapping[str, Any]) -> None:
         with self._index_lock():
             index = self._read_index()
-            index[entry.key] = {k: v for k, v in entry.to_json().items() if k != "files"}
-            atomic_write_json(self._index, index)
-        return final
+            index[key] = {k: v for k, v in document.items() if k != "files"}
+            self._write_index(index)
+
+    def _write_index(self, index: dict[str, Any]) -> None:
+        _confine.write_atomic(self.build_dir, self._index, json_bytes(index), todo=_TODO)
 
     def _read_index(self) -> dict[str, Any]:
         try:
-            if self._index.stat().st_size > _MAX_META_BYTES * 4:
-                return {}
-            data = json.loads(self._index.read_text(encoding="utf-8"))
+            raw = _confine.read_bytes(self.build_dir, self._index, _MAX_META_BYTES * 4)
+            data = json.loads(raw.decode("utf-8"))
         except (OSError, ValueError):
             # A missing or damaged index loses only listing data: entries live on disk.
             return {}
@@ -472,10 +393,13 @@ class ArtifactCache:
         return {k: v for k, v in data.items() if is_key(k)}
 
     def _entry_names(self) -> list[str]:
-        if not self._entries_dir.is_dir():
-            return []
         try:
-            return sorted(p.name for p in self._entries_dir.iterdir())
+            if not self._has_entries():
+                return []
+            with self._entries_fd() as fd:
+                return sorted(os.listdir(fd))
+        except CacheError:
+            raise
         except OSError as exc:
             raise CacheError(
                 f"cannot read the static kernel cache {self._entries_dir} ({exc}); check that "
@@ -489,11 +413,14 @@ class ArtifactCache:
         nothing: works on a read-only cache.
 
         Raises:
-            CacheError: The cache directory exists but cannot be read.
+            CacheError: The cache directory exists but cannot be read, or a component of it is
+                a symbolic link.
         """
         try:
-            if not self.root.is_dir():
+            if not _confine.check(self.build_dir, self.root):
                 return []
+        except CacheError:
+            raise
         except OSError as exc:
             raise CacheError(f"cannot read {self.root} ({exc}); check its permissions") from exc
         found = [self.read_entry(name) for name in self._entry_names() if is_key(name)]
@@ -507,26 +434,34 @@ class ArtifactCache:
         artifact still matches its recorded SHA-256.
 
         Raises:
-            CacheError: ``key`` is not a hex digest, or the cache cannot be written.
+            CacheError: ``key`` is not a hex digest, the cache cannot be written, or a component
+                of it is a symbolic link.
         """
-        _check_key(key)
+        check_key(key)
         with self.key_lock(key):
             return self.discard(key)
 
     def discard(self, key: str) -> bool:
         """Like :meth:`remove`, for a caller that already holds the key lock."""
-        path = self.entry_dir(key)
-        existed = path.is_symlink() or path.exists()
-        if path.is_symlink() or (existed and not path.is_dir()):
-            path.unlink()  # never follow a link planted in the cache
-        elif existed:
-            self._uninstall(key)
-            _remove_dir(path, key)
+        check_key(key)
+        existed = False
+        if self._has_entries():
+            with self._entries_fd() as fd:
+                try:
+                    mode: int | None = os.stat(key, dir_fd=fd, follow_symlinks=False).st_mode
+                except FileNotFoundError:
+                    mode = None
+                existed = mode is not None
+                if mode is not None and not stat.S_ISDIR(mode):
+                    os.unlink(key, dir_fd=fd)  # never follow a link planted in the cache
+                elif mode is not None:
+                    self._uninstall(key)
+                    _move_aside(fd, key)
         self.discard_stale(key)
         with self._index_lock():
             index = self._read_index()
             if index.pop(key, None) is not None or existed:
-                atomic_write_json(self._index, index)
+                self._write_index(index)
         return existed
 
     def _uninstall(self, key: str) -> None:
@@ -558,9 +493,32 @@ class ArtifactCache:
                     stale_keys.add(key)
         for key in stale_keys:
             # A held key lock means a build is running right now: leave its staging alone.
-            with contextlib.suppress(CacheError), self.key_lock(key, timeout=0):
+            with contextlib.suppress(filelock.Timeout), self._try_key_lock(key):
                 self.discard_stale(key)
         return removed
+
+    @contextlib.contextmanager
+    def _try_key_lock(self, key: str) -> Iterator[None]:
+        lock = self._lock_file(self._locks_dir / f"{key}.lock")
+        lock.acquire(timeout=0)
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def unpack_dir(self) -> Path:
+        """A new private directory in the cache for an archive being unpacked (remove it after)."""
+        self._ensure()
+        try:
+            return _confine.make_temp_dir(self.build_dir, self.root, ".unpack-")
+        except CacheError:
+            raise
+        except OSError as exc:
+            raise _confine.write_error(self.root, exc, _TODO) from exc
+
+    def remove_path(self, path: Path) -> None:
+        """Delete ``path`` inside the cache (a tree, a file, or a link as a link)."""
+        _confine.remove(self.build_dir, path)
 
     def install_files(
         self, key: str, source: Path, files: Mapping[str, Mapping[str, Any]]
@@ -569,16 +527,18 @@ class ArtifactCache:
 
         Args:
             key: The artifact key.
-            source: A directory holding ``meta.json`` and the listed files.
+            source: A directory holding ``meta.json`` and the listed files (read without
+                following a link below it).
             files: The file hashes the carrier recorded (must equal those in ``meta.json``).
 
         Returns:
             The committed directory, or None when the cache already has a verified copy.
 
         Raises:
-            CacheError: The files do not match their hashes, or the cache cannot be written.
+            CacheError: The files do not match their hashes, the cache cannot be written (the
+                message names the file), or a component of the cache is a symbolic link.
         """
-        _check_key(key)
+        check_key(key)
         with self.key_lock(key):
             with contextlib.suppress(CacheError):
                 self.verify(key)
@@ -589,15 +549,16 @@ class ArtifactCache:
                     relative = safe_relative(name)
                     if relative is None:
                         raise CacheError(f"refusing the file name {name!r} in artifact {key[:12]}")
-                    target = staging / relative
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(source / relative, target)
-                    target.chmod(stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
+                    fd = _confine.open_file(source, source / relative)
+                    with open(fd, "rb") as handle:
+                        _confine.write_atomic(
+                            self.build_dir, staging / relative, _copier(handle), todo=_TODO
+                        )
                 try:
                     entry = json.loads((staging / META).read_text(encoding="utf-8"))
                 except ValueError as exc:
                     raise CacheError(f"the meta.json of artifact {key[:12]} is not JSON") from exc
-                problem = _entry_problem(entry)
+                problem = entry_problem(entry)
                 if problem is not None or entry["key"] != key or entry["files"] != dict(files):
                     raise CacheError(
                         f"the meta.json of artifact {key[:12]} does not match the archive "
@@ -607,22 +568,34 @@ class ArtifactCache:
                     raise CacheError(f"the files of artifact {key[:12]} do not match their hashes")
                 final = self.entry_dir(key)
                 entry["path"] = str(final)
-                atomic_write_json(staging / META, entry)
-                if final.is_symlink():
-                    final.unlink()
-                elif final.exists():
-                    _remove_dir(final, key)
-                os.replace(staging, final)
+                _confine.write_atomic(self.build_dir, staging / META, json_bytes(entry), todo=_TODO)
+                self._publish(key, staging)
             except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    _confine.remove(self.build_dir, staging)
                 raise
-            with self._index_lock():
-                index = self._read_index()
-                index[key] = {k: v for k, v in entry.items() if k != "files"}
-                atomic_write_json(self._index, index)
+            self._index_add(key, entry)
         return final
 
 
-def now() -> str:
-    """The current time as an ISO-8601 string (UTC), as stored in :attr:`CacheEntry.created`."""
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
+def _move_aside(entries: int, key: str) -> None:
+    """Rename ``entries/<key>`` to a staging name, then delete it: no reader sees it half-deleted.
+
+    Works on the descriptor of ``entries/``, so the directory renamed and deleted is the one
+    found there (``rmtree`` with ``dir_fd`` never follows a link inside it).
+    """
+    trash = f"{_TMP_PREFIX}{key}-old-{secrets.token_hex(4)}"
+    os.mkdir(trash, 0o700, dir_fd=entries)
+    trash_fd = os.open(trash, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=entries)
+    try:
+        os.replace(key, "old", src_dir_fd=entries, dst_dir_fd=trash_fd)
+    finally:
+        os.close(trash_fd)
+    shutil.rmtree(trash, dir_fd=entries, ignore_errors=True)
+
+
+def _copier(source: BinaryIO) -> Callable[[BinaryIO], None]:
+    def copy(target: BinaryIO) -> None:
+        shutil.copyfileobj(source, target)
+
+    return copy

@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +31,7 @@ from npu_static_kernel.errors import (
     ConfigError,
     NpuStaticKernelError,
     StaticKernelDisabledWarning,
+    StaticKernelFallbackWarning,
 )
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "compute_key",
     "default_builder",
     "default_fallback_dir",
+    "first_error_line",
 ]
 
 logger = logging.getLogger("npu_static_kernel")
@@ -51,6 +54,8 @@ FALLBACK_DIR_ENV = "NPU_STATIC_KERNEL_FALLBACK_DIR"
 
 # (build dir, fallback dir) pairs already warned about in this process: one warning each.
 _warned_read_only: set[tuple[Path, Path]] = set()
+# Build directories whose lost static kernels were warned about in this process: one each.
+_warned_fallback: set[Path] = set()
 
 
 def default_fallback_dir() -> Path:
@@ -62,7 +67,7 @@ def default_fallback_dir() -> Path:
     """
     configured = os.environ.get(FALLBACK_DIR_ENV)
     if configured:
-        return path_of(configured).absolute()
+        return path_of(configured, FALLBACK_DIR_ENV).absolute()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return path_of(base).absolute() / "npu_static_kernel"
 
@@ -321,6 +326,15 @@ class StaticKernelCompiler:
         strict: Raise build errors, and a bad ``LOCAL_WORLD_SIZE``, instead of warning once
             and running the graph unchanged.
 
+    Attributes:
+        counters: What this compiler did (:class:`StaticKernelCounters`).
+        last_statistics: The op statistics of the latest recording.
+        last_fallback_reason: One line saying why the latest graph key runs without static
+            kernels (the compiler's first error line, a link refused in the cache); ``None``
+            until that happens. Each such fallback also moves ``counters.fallbacks`` and is
+            logged in full, and the first one per build directory issues a
+            :class:`StaticKernelFallbackWarning`.
+
     Example:
         >>> import torch
         >>> from npu_static_kernel import StaticKernelCompiler
@@ -347,7 +361,9 @@ class StaticKernelCompiler:
         self.builder = builder
         self.strict = strict
         self.cache = ArtifactCache(self.build_dir)
-        self._fallback_dir = path_of(fallback_dir).absolute() if fallback_dir is not None else None
+        self._fallback_dir = (
+            path_of(fallback_dir, "fallback_dir").absolute() if fallback_dir is not None else None
+        )
         # Decided on first use: where statistics and new artifacts go, and the caches searched.
         self._write_dir: Path | None = None
         self._write_cache = self.cache
@@ -356,6 +372,7 @@ class StaticKernelCompiler:
         self._rejected: set[tuple[Path, str]] = set()
         self.counters = StaticKernelCounters()
         self.last_statistics: OpStatistics | None = None
+        self.last_fallback_reason: str | None = None
         self._enabled = True
         self._loaded: dict[str, Callable[..., Any]] = {}
         self._lock = threading.RLock()
@@ -446,11 +463,15 @@ class StaticKernelCompiler:
         self, gm: torch.fx.GraphModule, protected: Sequence[Any], builder: StaticKernelBuilder
     ) -> tuple[OpStatistics | None, NpuStaticKernelError | None]:
         """Step 1: the op statistics of this graph key, written in the seed's layout."""
-        write_dir = self._choose_write_dir()
+        write_dir = self.build_dir
         try:
+            # Inside the try: a link planted in the build directory is refused here (CacheError).
+            write_dir = self._choose_write_dir()
             statistics = record_op_statistics(
                 gm, *protected, build_dir=write_dir, supports=builder.supports_op
             )
+        except NpuStaticKernelError as exc:
+            return None, exc  # reported after the node's barrier, like the one below
         except OSError as exc:
             # Reported after the node's barrier (step 2): the other processes wait there.
             return None, CacheError(
@@ -659,5 +680,41 @@ class StaticKernelCompiler:
         if self.strict:
             raise error
         self.counters.fallbacks += 1
+        self.last_fallback_reason = reason = first_error_line(error)
         logger.warning("running the graph without static kernels: %s", error)
+        if self.build_dir not in _warned_fallback:
+            # Once per build directory: every later shape would fail the same way, and the
+            # counters alone do not say why the speedup is gone.
+            _warned_fallback.add(self.build_dir)
+            warnings.warn(
+                f"static kernels for the build directory {self.build_dir} are lost, graphs run "
+                f"without them: {reason} (the full error is logged by the "
+                "npu_static_kernel logger; strict=True raises it)",
+                StaticKernelFallbackWarning,
+                stacklevel=3,
+            )
         return gm.forward
+
+
+_ERROR_WORD = re.compile(r"\b(error|fatal|failed|cannot|denied)\b", re.IGNORECASE)
+
+
+def first_error_line(error: BaseException) -> str:
+    """The line that says what went wrong: the compiler's first error line when there is one.
+
+    A build error embeds the compiler's command and output (Inductor's ``CppCompileError``,
+    ``op_compiler``'s tail): its own first line only says that a compile failed, so the first
+    line of the output that names an error is added to it.
+    """
+    text = str(error).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    head = lines[0]
+    _, marker, output = text.partition("Output:")
+    candidates = output.splitlines() if marker else lines[1:]
+    for line in candidates:
+        line = line.strip()
+        if line and _ERROR_WORD.search(line) and not line.startswith("Command"):
+            return f"{head}: {line}" if line not in head else head
+    return head

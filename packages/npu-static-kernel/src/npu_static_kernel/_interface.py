@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from npu_static_kernel._confine import check_path_value
 from npu_static_kernel._record import OpRecord, OpStatistics, default_supports
-from npu_static_kernel.errors import ConfigError
 
 __all__ = ["BuildRequest", "StaticKernelBuilder", "builder_class", "path_of"]
 
@@ -128,15 +128,13 @@ def builder_class(name: str) -> type[StaticKernelBuilder] | None:
     return _BUILDERS.get(name)
 
 
-def path_of(value: str | os.PathLike[str] | None) -> Path:
+def path_of(value: str | os.PathLike[str] | None, what: str = "the build directory") -> Path:
     """Resolve a build directory argument (None means the current directory).
 
     Raises:
-        ConfigError: The path contains a NUL byte (no file system accepts one).
+        ConfigError: The path is empty, not a path, or contains a NUL byte (no file system
+            accepts one).
     """
-    path = Path(value if value is not None else os.getcwd())
-    if "\0" in str(path):
-        raise ConfigError(
-            f"the build directory {str(path)!r} contains a NUL byte; pass a valid directory path"
-        )
-    return path
+    if value is None:
+        return Path(os.getcwd())
+    return Path(check_path_value(value, what))

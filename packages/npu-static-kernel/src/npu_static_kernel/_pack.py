@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tarfile
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
-from npu_static_kernel._cache import META, ArtifactCache, file_digest, is_key, safe_relative
+from npu_static_kernel import _confine
+from npu_static_kernel._cache import META, ArtifactCache, is_key, safe_relative
+from npu_static_kernel._entry import stream_digest
 from npu_static_kernel._version import __version__
 from npu_static_kernel.errors import CacheError
 
@@ -70,7 +70,8 @@ def pack_cache(cache: ArtifactCache, archive: Path) -> PackResult:
             continue
         root = cache.entry_dir(entry.key)
         for name in [META, *entry.files]:
-            sha, size = file_digest(root / name)
+            with open(_confine.open_file(cache.build_dir, root / name), "rb") as handle:
+                sha, size = stream_digest(handle)
             files[f"entries/{entry.key}/{name}"] = {"sha256": sha, "size": size}
         result.keys.append(entry.key)
         result.size_bytes += sum(f["size"] for f in entry.files.values())
@@ -80,30 +81,25 @@ def pack_cache(cache: ArtifactCache, archive: Path) -> PackResult:
         sort_keys=True,
     ).encode()
     archive = archive.absolute()
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{archive.name}.", suffix=".tmp", dir=archive.parent)
-    except OSError as exc:
-        raise CacheError(f"cannot write {archive} ({exc}); pick a writable location") from exc
-    try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+
+    def write(raw: BinaryIO) -> None:
+        with tarfile.open(fileobj=raw, mode="w:gz") as tar:
             info = tarfile.TarInfo(_MANIFEST)
             info.size = len(manifest)
             info.mode = 0o644
             tar.addfile(info, _BytesReader(manifest))
             for name in files:
-                path = cache.root / name
                 info = tarfile.TarInfo(name)
                 info.size = files[name]["size"]
                 info.mode = 0o644
-                with path.open("rb") as handle:
+                with open(_confine.open_file(cache.build_dir, cache.root / name), "rb") as handle:
                     tar.addfile(info, handle)
-        os.replace(tmp, archive)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise CacheError(f"cannot write {archive} ({exc}); pick a writable location") from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    # The archive's directory is the user's choice; the archive itself is replaced, never
+    # written through (a link there is replaced by the file).
+    _confine.write_atomic(
+        archive.parent, archive, write, todo="free space or write the archive elsewhere"
+    )
     return result
 
 
@@ -158,10 +154,16 @@ def _read_manifest(archive: Path, tar: tarfile.TarFile, max_bytes: int) -> dict[
     return files
 
 
-def _copy_member(handle: IO[bytes], target: Path, size: int) -> str:
+def _copy_member(cache: ArtifactCache, handle: IO[bytes], target: Path, size: int) -> str:
+    """Copy ``size`` bytes of ``handle`` to ``target`` (confined to the cache); return the SHA-256.
+
+    An empty string when the member ended early.
+    """
     digest = hashlib.sha256()
     remaining = size
-    with target.open("wb") as out:
+
+    def write(out: BinaryIO) -> None:
+        nonlocal remaining
         while remaining:
             chunk = handle.read(min(remaining, 1 << 20))
             if not chunk:
@@ -169,6 +171,10 @@ def _copy_member(handle: IO[bytes], target: Path, size: int) -> str:
             digest.update(chunk)
             out.write(chunk)
             remaining -= len(chunk)
+
+    _confine.write_atomic(
+        cache.build_dir, target, write, todo="free space or pass another --build-dir"
+    )
     return digest.hexdigest() if remaining == 0 else ""
 
 
@@ -192,10 +198,10 @@ def unpack_cache(
         tar = tarfile.open(archive, mode="r:*")  # noqa: SIM115  (closed by the with below)
     except (OSError, tarfile.TarError) as exc:
         raise CacheError(f"cannot read {archive} ({exc}); pass an archive made by `pack`") from exc
+    staging: Path | None = None
     try:
-        cache.root.mkdir(parents=True, exist_ok=True)
-        with tar, tempfile.TemporaryDirectory(prefix=".unpack-", dir=cache.root) as tmp:
-            staging = Path(tmp)
+        with tar:
+            staging = cache.unpack_dir()
             files = _read_manifest(archive, tar, max_bytes)
             seen: set[str] = set()
             while (member := tar.next()) is not None:
@@ -210,10 +216,9 @@ def unpack_cache(
                 relative = safe_relative(name)
                 assert relative is not None
                 target = staging / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
                 handle = tar.extractfile(member)
                 assert handle is not None
-                if _copy_member(handle, target, member.size) != files[name]["sha256"]:
+                if _copy_member(cache, handle, target, member.size) != files[name]["sha256"]:
                     raise _bad(archive, f"{name!r} does not match its SHA-256 in the manifest")
             missing = sorted(set(files) - seen)
             if missing:
@@ -236,4 +241,7 @@ def unpack_cache(
         raise
     except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
         raise CacheError(f"cannot unpack {archive} ({exc}); check the archive and disk") from exc
+    finally:
+        if staging is not None:
+            cache.remove_path(staging)
     return result

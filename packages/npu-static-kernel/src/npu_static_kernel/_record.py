@@ -17,11 +17,11 @@ These names, and the CANN op type and dtype names inside them, are spelled in
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from npu_static_kernel import _device
+from npu_static_kernel import _confine, _device
 from npu_static_kernel._cann_names import (
     OUTPUTS_DIRNAME,
     cann_dtype_name,
@@ -268,17 +268,18 @@ def write_op_statistics(
     records = list(records)
     supports = supports or default_supports
     pid = os.getpid()
-    root = Path(build_dir if build_dir is not None else os.getcwd()) / OUTPUTS_DIRNAME
-    root.mkdir(parents=True, exist_ok=True)
+    # The build directory is trusted as given; nothing below it is followed if it is a link.
+    base = Path(build_dir if build_dir is not None else os.getcwd())
+    root = _confine.make_dirs(base, base / OUTPUTS_DIRNAME)
     stamp = datetime.datetime.now().strftime("%Y%m%d%H%M%S%f")
     final = root / outputs_dir_name(stamp, pid)
-    while final.exists():  # two recordings in the same microsecond of one process
+    while _confine.check(base, final):  # two recordings in the same microsecond of one process
         stamp = str(int(stamp) + 1)
         final = root / outputs_dir_name(stamp, pid)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=root))
+    staging = _confine.make_temp_dir(base, root, f".{final.name}.tmp-")
     try:
-        (staging / selected_dir_name(pid)).mkdir()
-        (staging / debug_dir_name(pid)).mkdir()
+        _confine.make_dirs(base, staging / selected_dir_name(pid))
+        _confine.make_dirs(base, staging / debug_dir_name(pid))
         counters: dict[str, int] = {}
         names: list[str] = []
         selected: list[str] = []
@@ -289,13 +290,14 @@ def write_op_statistics(
             names.append(name)
             chosen = supports(record)
             document = record.to_json(supported=chosen)
-            atomic_write_json(staging / debug_dir_name(pid) / name, document)
+            atomic_write_json(staging / debug_dir_name(pid) / name, document, root=base)
             if chosen:
-                atomic_write_json(staging / selected_dir_name(pid) / name, document)
+                atomic_write_json(staging / selected_dir_name(pid) / name, document, root=base)
                 selected.append(name)
-        os.replace(staging, final)
+        _confine.rename(base, root, staging.name, final.name)
     except BaseException:
-        _remove_tree(staging)
+        with contextlib.suppress(OSError):
+            _confine.remove(base, staging)
         raise
     return OpStatistics(
         output_dir=final,
@@ -310,12 +312,6 @@ def write_op_statistics(
 def default_supports(record: OpRecord) -> bool:
     """True for aten ops that launch a kernel (views only change metadata)."""
     return record.namespace == "aten" and not record.is_view
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def record_op_statistics(

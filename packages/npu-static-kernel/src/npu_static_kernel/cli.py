@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from npu_static_kernel import _confine
 from npu_static_kernel._cache import ArtifactCache
 from npu_static_kernel._cann_names import OUTPUTS_DIRNAME
 from npu_static_kernel._cli_common import HelpFormatter, quiet_exit
@@ -74,11 +74,11 @@ def _clean(args: argparse.Namespace) -> int:
         removed = cache.clean()
     print(f"removed {removed} artifact(s) from {cache.root}")
     if args.records:
-        records = path_of(args.build_dir) / OUTPUTS_DIRNAME
-        if records.is_symlink():
-            records.unlink()  # the link only: never delete what it points to
-        elif records.is_dir():
-            shutil.rmtree(records)
+        build_dir = path_of(args.build_dir)
+        records = build_dir / OUTPUTS_DIRNAME
+        real = records.is_dir() and not records.is_symlink()
+        # A link is removed as a link: what it points to is never deleted.
+        if _confine.remove(build_dir, records) and real:
             print(f"removed op statistics in {records}")
     return 0
 
@@ -166,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
     except (NpuStaticKernelError, OSError, ValueError) as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, NpuStaticKernelError) and exc.filename:
+            exc = _confine.write_error(exc.filename, exc, action="read or write")
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"error: {message}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ __all__ = [
     "ConfigError",
     "StaticKernelDisabledWarning",
     "CacheFallbackWarning",
+    "StaticKernelFallbackWarning",
 ]
 
 
@@ -57,3 +58,13 @@ class CacheFallbackWarning(UserWarning):
     """The build directory is read-only: its artifacts are used, new ones go to a fallback."""
 
     code: ClassVar[str] = "cache-fallback"
+
+
+class StaticKernelFallbackWarning(UserWarning):
+    """A graph runs without its static kernels: they could not be built, found or loaded.
+
+    Issued once per build directory and process, with the cause (a compiler's first error
+    line, a link refused in the cache); ``StaticKernelCompiler(strict=True)`` raises instead.
+    """
+
+    code: ClassVar[str] = "static-kernel-fallback"

@@ -326,7 +326,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--device {args.device} is not available here (best device: {available}); "
                 "`npu-compile doctor` shows what was found"
             )
-    return handlers[args.command](args)
+    try:
+        return handlers[args.command](args)
+    except OSError as error:
+        if error.filename is None:
+            raise
+        # A result file (--out, --trace) that cannot be written: a full disk or no permission.
+        print(
+            f"error: cannot write {error.filename} ({error.strerror}); free space or choose "
+            "another --out/--trace",
+            file=sys.stderr,
+        )
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,6 +21,10 @@ def atomic_write_json(path: Path, document: Any) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as error:
+        Path(tmp).unlink(missing_ok=True)
+        # A full disk shows up in write() or fsync(), whose errors name no file: name it.
+        raise OSError(error.errno, error.strerror, str(path)) from error
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

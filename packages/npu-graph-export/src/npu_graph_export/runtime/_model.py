@@ -12,11 +12,13 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from npu_graph_export import _confine
 from npu_graph_export._dtypes import WIDENED, dtype_name, element_size, proto_of_attr, widen
 from npu_graph_export._graph import DIMS_ATTR, UNFED_ATTR
 from npu_graph_export._opdefs import OPS
 from npu_graph_export._proto import ge_ir_pb2 as ge
 from npu_graph_export.errors import (
+    ExportPathError,
     MemoryLimitError,
     ModelFormatError,
     NpuGraphExportError,
@@ -271,7 +273,7 @@ class Model:
         symbols = bytes(op.attr[DIMS_ATTR].s).decode("utf-8", "replace").split(",")
         return symbols if len(symbols) == len(info.shape) else []  # not ours: ignore
 
-    def _weight_file(self, recorded: str) -> Path:
+    def _weight_file(self, recorded: str) -> tuple[Path, Path]:
         # An export directory is self-contained: the files beside the .air (``<name>`` or
         # ``rank_<r>/<name>``) belong to it, even when the recorded path (relative to the
         # directory ATC runs from, or absolute) names another export's file of the same name.
@@ -279,38 +281,32 @@ class Model:
         # single-rank export into the same directory, while ``rank_0/p1`` is this rank's.
         # The recorded directory itself is never read: a model file may name any path
         # (``/etc/shadow``, ``../../key``), and only the model's own directory (or the
-        # weights_dir the caller chose) is trusted. Symlinks are followed only while they stay
-        # inside that directory.
+        # weights_dir the caller chose) is trusted, without a link anywhere below it.
+        # Returns the trusted directory and the file in it.
         path = Path(recorded)
         candidates: list[Path] = []
         refused: list[str] = []
         roots = [r for r in (self._weights_dir, self.path.parent) if r is not None]
         for root in roots:
-            try:
-                real_root = root.resolve()
-            except (OSError, RuntimeError):
-                continue
             for k in range(min(len(path.parts), 2), 0, -1):
                 tail = path.parts[-k:]
                 if any(part in {"..", "."} or part == path.anchor for part in tail):
                     continue
                 candidate = root.joinpath(*tail)
                 try:
-                    real = candidate.resolve()
-                    if not real.is_relative_to(real_root):
-                        if candidate.is_symlink() or candidate.exists():
-                            refused.append(str(candidate))
-                        continue
-                    if real.is_file():
-                        return real
-                except (OSError, ValueError, RuntimeError):  # NUL byte, too long, link loop
+                    if _confine.check(root, candidate) and candidate.is_file():
+                        return root, candidate
+                except ExportPathError:  # a link at some level: never followed
+                    refused.append(str(candidate))
+                    continue
+                except (OSError, ValueError):  # NUL byte, too long
                     continue
                 candidates.append(candidate)
         if refused:
             raise ModelFormatError(
-                f"{self.path}: weight file {recorded!r}: {', '.join(refused)} leads outside the "
-                "model directory (a symbolic link); the runtime only reads weights inside it or "
-                "inside weights_dir: copy the real file there"
+                f"{self.path}: weight file {recorded!r}: {', '.join(refused)} is or passes "
+                "through a symbolic link; the runtime never follows links inside the model "
+                "directory or weights_dir: copy the real file there"
             )
         raise ModelFormatError(
             f"{self.path}: weight file {recorded!r} not found (looked at "
@@ -347,16 +343,19 @@ class Model:
                 "ge::DataType"
             )
         recorded = bytes(op.attr["file_path"].s).decode("utf-8", "replace")
-        file = self._weight_file(recorded)
+        root, file = self._weight_file(recorded)
         size = element_size(dtype)
         expected = math.prod(shape) * (size or 0)
-        if size is None or any(d < 0 for d in shape) or file.stat().st_size != expected:
-            raise ModelFormatError(
-                f"{where}: {file} has {file.stat().st_size} bytes, expected {expected} for "
-                f"{dtype_name(dtype)}{shape}"
-            )
-        self._reserve_constant(shape, dtype, where)
-        return _decode(file.read_bytes(), dtype, shape, where)
+        with open(_confine.open_file(root, file), "rb") as handle:  # no link, as checked
+            actual = os.fstat(handle.fileno()).st_size
+            if size is None or any(d < 0 for d in shape) or actual != expected:
+                raise ModelFormatError(
+                    f"{where}: {file} has {actual} bytes, expected {expected} for "
+                    f"{dtype_name(dtype)}{shape}"
+                )
+            self._reserve_constant(shape, dtype, where)
+            raw = handle.read()
+        return _decode(raw, dtype, shape, where)
 
     def _reserve_constant(self, shape: list[int], dtype: int, where: str) -> None:
         count = math.prod(shape) if all(d >= 0 for d in shape) else 0
@@ -611,8 +610,8 @@ def load(
         weights_dir: A directory holding the ``FileConstant`` weight files, searched first,
             then the export directory (the ``.air``'s, with its ``rank_<r>/``). A weight is
             looked up by the last one or two parts of the path recorded in the graph
-            (``<name>``, ``rank_<r>/<name>``); files outside these two directories, symlinks
-            leading out of them and ``..`` are never read.
+            (``<name>``, ``rank_<r>/<name>``); files outside these two directories, ``..``
+            and symbolic links below them (at any level) are never read.
         collectives: ``"error"`` (default) refuses collective ops; ``"replicated"`` runs them as
             if every rank held the same input (see :class:`Collectives`).
         rank: This rank in a multi-rank export (picks ``<name><rank>.air`` in a directory and
@@ -628,17 +627,25 @@ def load(
         RuntimeInputError: ``rank`` is not a member of a collective's group.
     """
     limit = check_max_bytes(max_bytes)
-    air = _find_air(Path(path), rank)
-    size = air.stat().st_size
-    if size >= MAX_MODEL_BYTES:
-        raise _bad(air, f"it is {size} bytes, over protobuf's 2 GiB limit")
-    # The file's bytes and the parsed message are both held while parsing.
-    Budget(limit).check(2 * size, f"{air}: reading the model")
-    model = ge.ModelDef()
+    given = Path(path)
+    air = _find_air(given, rank)
+    # A directory is trusted as given, not a link below it (an .air found there); a file named
+    # by the caller is the caller's choice.
     try:
-        model.ParseFromString(air.read_bytes())
-    except (DecodeError, ValueError, RuntimeError) as error:
-        raise _bad(air, f"protobuf could not parse it ({error})") from error
+        fd = _confine.open_file(given, air) if air != given else os.open(air, os.O_RDONLY)
+    except ExportPathError as error:
+        raise _bad(air, f"it is not read ({error})") from error
+    with open(fd, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size >= MAX_MODEL_BYTES:
+            raise _bad(air, f"it is {size} bytes, over protobuf's 2 GiB limit")
+        # The file's bytes and the parsed message are both held while parsing.
+        Budget(limit).check(2 * size, f"{air}: reading the model")
+        model = ge.ModelDef()
+        try:
+            model.ParseFromString(handle.read())
+        except (DecodeError, ValueError, RuntimeError) as error:
+            raise _bad(air, f"protobuf could not parse it ({error})") from error
     if collectives not in {"error", "replicated"}:
         raise ValueError(f"collectives must be 'error' or 'replicated', got {collectives!r}")
     try:

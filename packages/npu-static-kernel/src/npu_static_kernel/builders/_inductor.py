@@ -8,6 +8,7 @@ import copy
 import inspect
 import json
 import os
+import shlex
 import shutil
 import tempfile
 import threading
@@ -58,6 +59,55 @@ def _cache_dir_context() -> Callable[[str], contextlib.AbstractContextManager[An
     except ImportError:
         return None
     return temporary_cache_dir
+
+
+def _one_argument(path: str) -> bool:
+    """Whether ``path`` stays one argument in a command line split like a shell's.
+
+    Inductor's C++ builder joins the source and output paths into one command string unquoted
+    and splits it again with ``shlex`` (torch/_inductor/cpp_builder.py, ``_run_compile_cmd``):
+    a space or a quote in the path cuts it in two and every compile fails. Non-ASCII letters
+    are fine.
+    """
+    try:
+        return shlex.split(f"x {path} y") == ["x", path, "y"]
+    except ValueError:  # an unbalanced quote
+        return False
+
+
+def _scratch_root() -> Path:
+    """A writable temporary directory whose path survives Inductor's command line."""
+    candidates = [tempfile.gettempdir(), "/tmp", "/var/tmp"]
+    for candidate in dict.fromkeys(candidates):
+        if _one_argument(candidate) and os.path.isdir(candidate) and os.access(candidate, os.W_OK):
+            return Path(candidate)
+    raise BuildError(
+        f"the build directory's path has spaces or quotes, which Inductor's C++ compile command "
+        f"cannot hold, and no temporary directory without them was found ({candidates}); set "
+        "TMPDIR to a writable directory whose path has no spaces or quotes"
+    )
+
+
+@contextlib.contextmanager
+def _compile_dir(bundle: Path) -> Iterator[Path]:
+    """The Inductor cache directory to compile in; its files end up in ``bundle``.
+
+    ``bundle`` itself when its path survives Inductor's command line; otherwise (a build
+    directory such as ``~/my models/``) a private scratch directory in the temporary directory,
+    whose files are copied into ``bundle`` after the compile. The artifact does not record where
+    it was compiled (a load uses a copy in another place anyway), so both give the same files.
+    """
+    if _one_argument(str(bundle.absolute())):
+        yield bundle
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="npu-static-kernel-build-", dir=_scratch_root()))
+    try:
+        where = scratch / _BUNDLE
+        yield where
+        if where.is_dir():
+            shutil.copytree(where, bundle, symlinks=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _private_load_dir() -> Path:
@@ -230,20 +280,23 @@ class InductorBuilder(StaticKernelBuilder):
             portable, constants = _portable_copy(request.gm)
             # Compile against an Inductor cache inside the artifact, so every file the compile
             # produces (generated code, compiled kernels) travels with it.
-            with cache_dir(str(bundle)) if cache_dir is not None else contextlib.nullcontext():
-                artifact = compile_fn(
-                    portable,
-                    [*request.args, *(_constant_values(request.gm, constants))],
-                    dynamic_shapes="from_example_inputs",
-                    options=dict(self.options),
-                    **_standalone_compile_options(compile_fn),
-                )
-                artifact.save(path=str(out_dir / _ARTIFACT), format="binary")
+            with _compile_dir(bundle) as where:
+                with cache_dir(str(where)) if cache_dir is not None else contextlib.nullcontext():
+                    artifact = compile_fn(
+                        portable,
+                        [*request.args, *(_constant_values(request.gm, constants))],
+                        dynamic_shapes="from_example_inputs",
+                        options=dict(self.options),
+                        **_standalone_compile_options(compile_fn),
+                    )
+                    artifact.save(path=str(out_dir / _ARTIFACT), format="binary")
+                for name in _BUNDLE_SKIP:
+                    shutil.rmtree(where / name, ignore_errors=True)
             if cache_dir is not None and request.device_type == "cpu":
                 # Only a bundle's load skips the ISA probe, and it needs the build's answers.
                 (out_dir / _ISA).write_text(json.dumps(_built_isa()), encoding="utf-8")
-            for name in _BUNDLE_SKIP:
-                shutil.rmtree(bundle / name, ignore_errors=True)
+        except BuildError:
+            raise
         except Exception as exc:
             raise BuildError(
                 f"Inductor could not compile the graph for static shapes ({type(exc).__name__}: "
