@@ -7,12 +7,21 @@
 * a pool id tuple from ``torch.npu.graph_pool_handle()`` / ``torch.cuda.graph_pool_handle()`` in
   ``aclgraph_config.use_custom_pool`` becomes an ``npu_mempool.PoolHandle`` on the graph's
   device, the same one for every graph that names the same tuple.
+
+It also holds the shims for what differs between the torch releases the package supports
+(each a capability check, never a version comparison; docs/torch-compat.md):
+
+* :func:`no_new_guards` refuses a guard on a symbolic size inside a pass, with
+  ``ShapeEnv.error_on_new_guards`` where torch has it and by intercepting the ShapeEnv's
+  ``_check_frozen`` step elsewhere.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -20,7 +29,7 @@ import torch
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NoEffectWarning
 
-__all__ = ["check_mode", "warn_no_effect", "resolve_pool"]
+__all__ = ["check_mode", "warn_no_effect", "resolve_pool", "NewGuardError", "no_new_guards"]
 
 
 def check_mode(config: CompilerConfig) -> None:
@@ -89,3 +98,47 @@ def resolve_pool(config: CompilerConfig, example_inputs: list[object]) -> Compil
     resolved = config.copy()
     resolved.aclgraph_config.use_custom_pool = handle
     return resolved
+
+
+class NewGuardError(Exception):
+    """A pass asked a question about a symbolic size whose answer holds only for some values."""
+
+
+@contextlib.contextmanager
+def no_new_guards(shape_env: Any) -> Iterator[None]:
+    """Within the block, a guard on a symbolic size raises :class:`NewGuardError`.
+
+    A pass decides on the sizes of the example inputs; a decision that holds for some values of a
+    symbolic size only (``numel(a) == numel(b)`` when both hints happen to be equal) would add a
+    guard that specialises the graph: Dynamo then recompiles for other sizes, and a caller that
+    drops guards (vLLM) runs a graph that is wrong for them. The caller skips the pass instead.
+    """
+    if shape_env is None:
+        yield
+        return
+    error_on_new_guards = getattr(shape_env, "error_on_new_guards", None)
+    if error_on_new_guards is not None:
+        from torch.fx.experimental.symbolic_shapes import _ShapeEnvGuardError
+
+        try:
+            with error_on_new_guards():
+                yield
+        except _ShapeEnvGuardError as error:
+            raise NewGuardError(str(error)) from None
+        return
+    # Without error_on_new_guards (torch 2.11), a frozen ShapeEnv only counts a new guard and
+    # still records it. Every new guard or runtime assert first passes through `_check_frozen`:
+    # raising there, on this ShapeEnv only, records nothing, and an evaluation that raised is not
+    # cached (a cached answer would let the next pass skip the question). This is what
+    # error_on_new_guards does inside torch.
+    if not callable(getattr(shape_env, "_check_frozen", None)):
+        raise NewGuardError("this torch cannot refuse a guard on a symbolic size")
+
+    def refuse(expr: object, concrete_val: object) -> None:
+        raise NewGuardError(f"the pass needs the guard {expr} == {concrete_val}")
+
+    shape_env._check_frozen = refuse
+    try:
+        yield
+    finally:
+        del shape_env._check_frozen

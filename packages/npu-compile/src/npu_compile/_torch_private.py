@@ -253,13 +253,21 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes.ShapeEnv.error_on_new_guards",
         "FX symbolic shapes",
-        "_passes skips a pass whose decision would add a guard on a symbolic size",
-        optional="_passes freezes the ShapeEnv and counts the guards it ignores instead",
+        "_compat.no_new_guards skips a pass whose decision would add a guard on a symbolic size",
+        optional="_compat.no_new_guards intercepts ShapeEnv._check_frozen instead (torch 2.11)",
     ),
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes._ShapeEnvGuardError",
         "FX symbolic shapes",
-        "_passes catches the error error_on_new_guards raises",
+        "_compat.no_new_guards catches what error_on_new_guards raises",
+        optional="only needed with error_on_new_guards",
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv._check_frozen",
+        "FX symbolic shapes",
+        "_compat.no_new_guards refuses a new guard here where error_on_new_guards is missing",
+        optional="where error_on_new_guards is missing too, every built-in pass is skipped on a "
+        "graph with symbolic sizes",
     ),
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes.free_symbols",
