@@ -13,15 +13,18 @@ It also holds the shims for what differs between the torch releases the package 
 
 * :func:`no_new_guards` refuses a guard on a symbolic size inside a pass, with
   ``ShapeEnv.error_on_new_guards`` where torch has it and by intercepting the ShapeEnv's
-  ``_check_frozen`` step elsewhere.
+  ``_check_frozen`` step elsewhere;
+* :func:`options_in_cache_key` adds the backend's options to the key of AOT autograd's cache,
+  which torch's AOT compile uses.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -29,7 +32,14 @@ import torch
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NoEffectWarning
 
-__all__ = ["check_mode", "warn_no_effect", "resolve_pool", "NewGuardError", "no_new_guards"]
+__all__ = [
+    "check_mode",
+    "warn_no_effect",
+    "resolve_pool",
+    "NewGuardError",
+    "no_new_guards",
+    "options_in_cache_key",
+]
 
 
 def check_mode(config: CompilerConfig) -> None:
@@ -142,3 +152,44 @@ def no_new_guards(shape_env: Any) -> Iterator[None]:
         yield
     finally:
         del shape_env._check_frozen
+
+
+def _options_digest(
+    config: CompilerConfig, decompositions: Mapping[Any, Callable[..., Any]]
+) -> str:
+    from npu_compile._version import __version__
+
+    def name(value: object) -> str:
+        # Functions by name: their repr holds an address, which differs in every process.
+        qualname = getattr(value, "__qualname__", None)
+        return f"{getattr(value, '__module__', '')}.{qualname}" if qualname else repr(value)
+
+    options = sorted((path, name(value)) for path, value in config.items())
+    decomposed = sorted((str(op), name(fn)) for op, fn in decompositions.items())
+    text = repr((__version__, options, decomposed))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def options_in_cache_key(
+    config: CompilerConfig, decompositions: Mapping[Any, Callable[..., Any]]
+) -> Iterator[None]:
+    """Within the block, AOT autograd's cache keys also hold the backend's options.
+
+    While torch's AOT compile bundles a result, AOT autograd looks the graph up in its on-disk
+    cache by the graph, its inputs and torch's own options, not by the backend's: another process
+    compiling the same model with other npu-compile options (``debug.run_eagerly``, static
+    kernels) would get this one's result. torch 2.13 happens to put a per-process name into that
+    key; torch 2.11 does not, and the wrong result was loaded. ``torch.compiler.config.
+    cache_key_tag`` is part of the key on every torch that has it: the options' digest joins the
+    user's tag there.
+    """
+    compiler_config = getattr(torch.compiler, "config", None)
+    if getattr(compiler_config, "cache_key_tag", None) is None:
+        yield
+        return
+    assert compiler_config is not None
+    user_tag = compiler_config.cache_key_tag
+    ours = f"npu_compile={_options_digest(config, decompositions)}"
+    with compiler_config.patch(cache_key_tag=f"{user_tag};{ours}" if user_tag else ours):
+        yield
