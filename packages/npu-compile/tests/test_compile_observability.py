@@ -42,7 +42,8 @@ def test_debug_shows_input_classes_and_the_captured_graph(caplog: pytest.LogCapt
 
 def test_profiler_shows_capture_replay_and_input_copy() -> None:
     _, compiled = _compiled()
-    with torch.no_grad(), torch.profiler.profile() as prof:
+    # acc_events: one cycle either way, and torch 2.11 warns on every profile without it.
+    with torch.no_grad(), torch.profiler.profile(acc_events=True) as prof:
         for _ in range(3):
             compiled(torch.randn(2, 4))
     names = {event.name for event in prof.events()}
