@@ -111,6 +111,8 @@ def integration(session: nox.Session) -> None:
 # (the local CPU wheel) and the newest on the index. Only 2.13.0 has a CPU build there; the others
 # are the default builds, which pull CUDA libraries (several GB per venv) and still run on CPU. When
 # torch releases, add the release here, run `nox -s compat`, then move the packages' range.
+# TEST_TOOLS' transformers (5.24 on 2026-11-24) loads with each of them; torchvision is not
+# installed (nothing imports it), so no torchvision build has to match the torch release.
 COMPAT_TORCH = {"2.11": "2.11.0", "2.13": "2.13.0", "2.15": "2.15.0"}
 # What `nox -s compat` runs with real clients: the integration tests (transformers decoding, the
 # seed examples, the examples/ scripts, export with the numpy runtime) and the static-kernel warm
