@@ -132,7 +132,7 @@ def closed_pipe_run() -> Callable[[str], tuple[str, int]]:
 
 
 # Private torch APIs: each package lists the ones it relies on in its `_torch_private.py` (see
-# docs/torch-compat.md); its tests check the list against the installed torch with these helpers.
+# docs/torch-compat.md); its tests check the list against the installed torch with these functions.
 # A name is private when a part of it starts with an underscore, or when it lives under
 # torch.fx.experimental / torch.fx.passes (no compatibility promise either). Operator namespaces
 # (torch.ops.*) are left out: an op that goes missing fails where the op is looked up, by name.
