@@ -11,7 +11,9 @@ import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,3 +129,165 @@ def _closed_pipe_run(module: str) -> tuple[str, int]:
 def closed_pipe_run() -> Callable[[str], tuple[str, int]]:
     """Run a CLI module whose reader went away: ``(stderr, exit code)``."""
     return _closed_pipe_run
+
+
+# Private torch APIs: each package lists the ones it relies on in its `_torch_private.py` (see
+# docs/torch-compat.md); its tests check the list against the installed torch with these functions.
+# A name is private when a part of it starts with an underscore, or when it lives under
+# torch.fx.experimental / torch.fx.passes (no compatibility promise either). Operator namespaces
+# (torch.ops.*) are left out: an op that goes missing fails where the op is looked up, by name.
+_UNPROMISED = ("torch.fx.experimental.", "torch.fx.passes.")
+
+
+def _is_private_torch_name(dotted: str) -> bool:
+    if dotted.startswith("torch.ops."):
+        return False
+    parts = dotted.split(".")[1:]
+    dunder = ("__", "__")
+    private = any(p.startswith("_") and (p[:2], p[-2:]) != dunder for p in parts)
+    return private or dotted.startswith(_UNPROMISED)
+
+
+def _dotted(node: object) -> list[str] | None:
+    import ast
+
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return [node.id, *reversed(parts)]
+    return None
+
+
+def _private_torch_names_in(path: Path) -> dict[str, int]:
+    """Private torch names one source file reaches statically: imports, attributes, getattr."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bound = {"torch": "torch"}  # local name -> the torch path it stands for
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "torch" and alias.asname:
+                    bound[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    found: dict[str, int] = {}
+
+    def record(parts: list[str] | None, line: int) -> None:
+        if parts and parts[0] in bound:
+            name = ".".join([bound[parts[0]], *parts[1:]])
+            if _is_private_torch_name(name):
+                found.setdefault(name, line)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _is_private_torch_name(alias.name):
+                    found.setdefault(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                record([alias.asname or alias.name], node.lineno)
+        elif isinstance(node, ast.Attribute):
+            record(_dotted(node), node.lineno)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            base = _dotted(node.args[0])
+            record(None if base is None else [*base, node.args[1].value], node.lineno)
+    # `a.b.c` also walks `a.b`: keep only the longest names.
+    return {n: line for n, line in found.items() if not any(o.startswith(f"{n}.") for o in found)}
+
+
+def _resolve_torch_name(name: str) -> object:
+    """The object a dotted name stands for: the longest importable module, then attributes.
+
+    A dataclass field without a class-level default counts as present when the class declares it.
+    """
+    import importlib
+
+    parts = name.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            value: object = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            if split == 1:
+                raise
+            continue
+        break
+    for index in range(split, len(parts)):
+        attr = parts[index]
+        if hasattr(value, attr):
+            value = getattr(value, attr)
+            continue
+        fields = getattr(value, "__dataclass_fields__", {})
+        if attr in fields and index == len(parts) - 1:
+            return fields[attr]
+        owner = ".".join(parts[:index])
+        raise AttributeError(f"{owner} has no attribute {attr!r}")
+    return value
+
+
+class PrivateTorchApis:
+    """Checks of a package's ``_torch_private.PRIVATE_APIS`` against the installed torch."""
+
+    def check(self, api: Any, package: str) -> None:
+        """Fail (or, for an entry the code only probes, skip) naming ``api`` if it moved."""
+        import torch
+
+        needs = getattr(api, "needs", "")
+        if needs == "cuda" and not torch.backends.cuda.is_built():
+            pytest.skip(f"{api.name} exists in CUDA builds of torch only; this one is CPU-only")
+        if needs == "torch_npu" and importlib.util.find_spec("torch_npu") is None:
+            pytest.skip(f"{api.name} is torch_npu's; torch_npu is not installed")
+        probe = getattr(api, "probe", None)
+        try:
+            if probe is not None:
+                probe()
+            else:
+                _resolve_torch_name(api.name)
+        except Exception as error:
+            where = f"torch {torch.__version__} has no {api.name} ({api.area})"
+            why = f"{package} uses it: {api.use} [{type(error).__name__}: {error}]"
+            if api.optional:
+                pytest.skip(f"{where}; {why}; without it: {api.optional}")
+            pytest.fail(
+                f"{where}; {why}. Find where it went, adapt the caller with a capability check "
+                f"(never a version comparison) and update {package}/_torch_private.py; "
+                "docs/torch-compat.md has the checklist",
+                pytrace=False,
+            )
+
+    def unlisted(self, package_dir: Path, apis: Sequence[Any]) -> list[str]:
+        """Private torch names the package's sources use that ``apis`` does not list."""
+        listed = {api.name for api in apis}
+        missing = []
+        for path in sorted(package_dir.rglob("*.py")):
+            if path.name == "_torch_private.py":  # the list's own probes
+                continue
+            for name, line in _private_torch_names_in(path).items():
+                if name not in listed:
+                    missing.append(f"{name} ({path.relative_to(package_dir.parent)}:{line})")
+        return missing
+
+    def unused(self, package_dir: Path, apis: Sequence[Any]) -> list[str]:
+        """Listed names whose last part appears nowhere in the package's other sources."""
+        text = "\n".join(
+            path.read_text(encoding="utf-8")
+            for path in package_dir.rglob("*.py")
+            if path.name != "_torch_private.py"
+        )
+        return [api.name for api in apis if api.name.rsplit(".", 1)[-1] not in text]
+
+
+@pytest.fixture
+def private_torch_apis() -> PrivateTorchApis:
+    """Resolve and scan a package's list of private torch APIs (``_torch_private.py``)."""
+    return PrivateTorchApis()

@@ -107,6 +107,53 @@ def integration(session: nox.Session) -> None:
     session.run("pytest", "integration_tests", *session.posargs)
 
 
+# The torch releases `nox -s compat` runs against: the oldest the packages accept, the one CI pins
+# (the local CPU wheel) and the newest on the index. Only 2.13.0 has a CPU build there; the others
+# are the default builds, which pull CUDA libraries (several GB per venv) and still run on CPU. When
+# torch releases, add the release here, run `nox -s compat`, then move the packages' range.
+# TEST_TOOLS' transformers (5.24 on 2026-11-24) loads with each of them; torchvision is not
+# installed (nothing imports it), so no torchvision build has to match the torch release.
+COMPAT_TORCH = {"2.11": "2.11.0", "2.13": "2.13.0", "2.15": "2.15.0"}
+# What `nox -s compat` runs with real clients: the integration tests (transformers decoding, the
+# seed examples, the examples/ scripts, export with the numpy runtime) and the static-kernel warm
+# start (a second process loads what the first built, through each path a served model takes).
+WARM_START_VIAS = ("static", "compile", "aot")
+
+
+@nox.session(python=PYTHONS[0], default=False)
+@nox.parametrize("torch", list(COMPAT_TORCH))
+def compat(session: nox.Session, torch: str) -> None:
+    """Unit, integration and static-kernel warm-start checks on one torch release.
+
+    Not in the default sessions: the non-CPU builds are large. Run before a release (RELEASING.md,
+    docs/torch-compat.md): `nox -s compat` for every release, `nox -s "compat(torch='2.11')"` for
+    one.
+    """
+    # No torch-cpu.txt here: it pins 2.13.0, and this session installs other releases on purpose.
+    session.install(f"torch=={COMPAT_TORCH[torch]}", *TEST_TOOLS, *_editables(*PACKAGES))
+    session.run(
+        "python",
+        "-c",
+        "import torch, transformers; print(torch.__version__, transformers.__version__)",
+    )
+    session.run("pytest", "-q", "--doctest-modules", "packages", *session.posargs)
+    session.run("pytest", "-q", "integration_tests", *session.posargs)
+    out = session.create_tmp()
+    for via in WARM_START_VIAS:
+        # One round with few steps: this checks that a second process loads (the script asserts
+        # it), it does not time anything.
+        session.run(
+            "python",
+            "benchmarks/static_kernel_warm_start.py",
+            "--device=cpu",
+            f"--via={via}",
+            "--rounds=1",
+            "--steps=3",
+            "--repeats=1",
+            f"--out={out}",
+        )
+
+
 @nox.session(python=PYTHONS[0])
 def vllm(session: nox.Session) -> None:
     """npu-compile as vLLM's compile backend, in vLLM's CPU build (integration_tests/vllm)."""

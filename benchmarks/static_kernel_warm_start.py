@@ -275,10 +275,12 @@ def child_aot(args: argparse.Namespace) -> dict[str, Any]:
         import npu_compile
 
         backend = npu_compile.get_npu_backend(compiler_config=static_kernel_config(args))
-        compiled: Any = torch.compile(model.forward, backend=backend, fullgraph=True)
         example = inputs[0].clone()
         torch._dynamo.mark_dynamic(example, 0)  # one artifact for every batch size
+        # torch.compile attaches `aot_compile` only while the option is on (off by default
+        # before torch 2.13), so the compile call is inside the patch too.
         with torch.no_grad(), torch._dynamo.config.patch(enable_aot_compile=True):
+            compiled: Any = torch.compile(model.forward, backend=backend, fullgraph=True)
             fn = compiled.aot_compile(((example,), {}))
     with torch.no_grad():
         # The saved function is the unbound `forward`: the module comes first.

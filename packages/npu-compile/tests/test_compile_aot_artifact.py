@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -45,8 +46,10 @@ _SCRIPT = textwrap.dedent(
     steps = [(torch.randn(4, 8), torch.tensor([i])) for i in range(3)]
     with torch.no_grad():
         if phase == "save":
-            compiled = torch.compile(model.forward, backend=backend, fullgraph=True)
+            # torch.compile attaches `aot_compile` only while the option is on (off by default
+            # before torch 2.13), as vLLM sets it.
             with torch._dynamo.config.patch(enable_aot_compile=True):
+                compiled = torch.compile(model.forward, backend=backend, fullgraph=True)
                 fn = compiled.aot_compile((steps[0], {}))
         else:
             with open(path, "rb") as f:
@@ -62,15 +65,21 @@ _SCRIPT = textwrap.dedent(
 )
 
 
-def _run(tmp_path: Path, phase: str, eager: bool = False) -> dict[str, object]:
+def _run(
+    tmp_path: Path, phase: str, eager: bool = False, inductor_cache: Path | None = None
+) -> dict[str, object]:
     script = tmp_path / "step.py"
     script.write_text(_SCRIPT)
     artifact = tmp_path / "step.aot"
+    env = None
+    if inductor_cache is not None:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache)}
     result = subprocess.run(
         [sys.executable, str(script), phase, str(artifact), "eager" if eager else "capture"],
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
@@ -104,6 +113,18 @@ def test_eager_graph_saves_and_loads(tmp_path: Path) -> None:
     assert isinstance(stats, dict)
     assert loaded["same"] is True
     assert (stats["fx_graphs"], stats["loaded"], stats["eager"], stats["captures"]) == (0, 1, 1, 0)
+
+
+@pytest.mark.slow
+def test_other_options_do_not_reuse_a_saved_result(tmp_path: Path) -> None:
+    # AOT autograd's on-disk cache, shared by the processes of a machine, keys a graph by torch's
+    # options; a save with other npu-compile options must compile anew, not load the first
+    # process's graph runner (torch 2.11 did: its key holds nothing that differs per process).
+    cache = tmp_path / "inductor-cache"
+    assert _run(tmp_path, "save", inductor_cache=cache)["stats"]["captured"] == 1  # type: ignore[index]
+    stats = _run(tmp_path, "save", eager=True, inductor_cache=cache)["stats"]
+    assert isinstance(stats, dict)
+    assert (stats["fx_graphs"], stats["eager"], stats["captured"]) == (1, 1, 0)
 
 
 def _frame(inner: bytes, *, magic: bytes = _MAGIC, version: int = ARTIFACT_FORMAT) -> bytes:

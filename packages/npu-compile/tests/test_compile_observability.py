@@ -42,7 +42,8 @@ def test_debug_shows_input_classes_and_the_captured_graph(caplog: pytest.LogCapt
 
 def test_profiler_shows_capture_replay_and_input_copy() -> None:
     _, compiled = _compiled()
-    with torch.no_grad(), torch.profiler.profile() as prof:
+    # acc_events: one cycle either way, and torch 2.11 warns on every profile without it.
+    with torch.no_grad(), torch.profiler.profile(acc_events=True) as prof:
         for _ in range(3):
             compiled(torch.randn(2, 4))
     names = {event.name for event in prof.events()}
@@ -57,7 +58,15 @@ def test_torch_logs_and_compile_debug_reach_our_loggers(tmp_path: Path) -> None:
         "with torch.no_grad():\n"
         "    c(torch.randn(2, 4)); c(torch.randn(2, 4))\n"
     )
-    env = {**os.environ, "TORCH_LOGS": "+npu_compile", "TORCH_COMPILE_DEBUG": "1"}
+    # The structured trace goes to TORCH_TRACE: TORCH_COMPILE_DEBUG writes one of its own
+    # (torch_compile_debug/tlparse) only from torch 2.12 on.
+    trace_dir = tmp_path / "trace"
+    env = {
+        **os.environ,
+        "TORCH_LOGS": "+npu_compile",
+        "TORCH_COMPILE_DEBUG": "1",
+        "TORCH_TRACE": str(trace_dir),
+    }
     done = subprocess.run(
         [sys.executable, "-c", script],
         cwd=tmp_path,
@@ -71,7 +80,7 @@ def test_torch_logs_and_compile_debug_reach_our_loggers(tmp_path: Path) -> None:
     assert "input classes" in done.stderr
     dumped = list(tmp_path.glob("torch_compile_debug/*/npu_compile/npu_compile_*.py"))
     assert dumped, sorted(str(p) for p in tmp_path.rglob("*"))[:20]
-    traces = list(tmp_path.glob("torch_compile_debug/tlparse/*.log"))
+    traces = list(trace_dir.glob("*.log"))
     assert any("npu_mempool_capture" in t.read_text() for t in traces)
 
 

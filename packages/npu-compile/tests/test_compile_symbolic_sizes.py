@@ -48,6 +48,24 @@ def test_equal_hints_are_not_pinned(aten_graph: bool) -> None:
     assert backend.stats.fallbacks == []
 
 
+def test_equal_hints_are_not_pinned_without_error_on_new_guards(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # torch 2.11 has no ShapeEnv.error_on_new_guards: the backend then refuses the guard where
+    # every new guard passes (ShapeEnv._check_frozen). The same run as above, on that path.
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    if hasattr(ShapeEnv, "error_on_new_guards"):
+        monkeypatch.delattr(ShapeEnv, "error_on_new_guards")
+    backend, compiled = _compiled(_write_prefix)
+    first = _dynamic(torch.randn(16, 4), torch.randn(16, 4))
+    with torch.no_grad(), replaying_aten_graph_on_cpu(True):
+        torch.testing.assert_close(compiled(*first), _write_prefix(*first))
+        args = (torch.randn(16, 4), torch.randn(8, 4))
+        torch.testing.assert_close(compiled(*args), _write_prefix(*args))
+    assert backend.stats.fx_graphs == 1, "a pass added a guard on the sizes: Dynamo recompiled"
+
+
 def test_equal_hints_with_guards_dropped_as_vllm_does() -> None:
     # vLLM compiles with every guard skipped: a specialised graph would run for all sizes.
     backend, compiled = _compiled(

@@ -303,7 +303,13 @@ def test_runtime_casts_to_narrow_floats_round_as_torch(tmp_path: Path, dtype: to
     )
     dynamo_export(x, model=RoundTrip(), export_path=tmp_path)
     (got,) = runtime.load(tmp_path).run(x.numpy())
-    np.testing.assert_array_equal(got, RoundTrip()(x).numpy())  # NaN positions equal too
+    expected = RoundTrip()(x)
+    # The runtime saturates an e4m3fn overflow to the largest value, as torch does from 2.13 on;
+    # torch 2.11 made it NaN. Only an overflow of a number may differ, and only in that way.
+    overflow = expected.isnan() & ~x.isnan()
+    largest = torch.finfo(dtype).max
+    expected = torch.where(overflow, torch.copysign(torch.tensor(largest), x), expected)
+    np.testing.assert_array_equal(got, expected.numpy())  # NaN positions equal too
 
 
 def test_runtime_creates_a_tensor_over_two_to_the_28_elements(tmp_path: Path) -> None:

@@ -7,12 +7,25 @@
 * a pool id tuple from ``torch.npu.graph_pool_handle()`` / ``torch.cuda.graph_pool_handle()`` in
   ``aclgraph_config.use_custom_pool`` becomes an ``npu_mempool.PoolHandle`` on the graph's
   device, the same one for every graph that names the same tuple.
+
+It also holds the shims for what differs between the torch releases the package supports
+(each a capability check, never a version comparison; docs/torch-compat.md):
+
+* :func:`no_new_guards` refuses a guard on a symbolic size inside a pass, with
+  ``ShapeEnv.error_on_new_guards`` where torch has it and by intercepting the ShapeEnv's
+  ``_check_frozen`` step elsewhere;
+* :func:`options_in_cache_key` adds the backend's options to the key of AOT autograd's cache,
+  which torch's AOT compile uses.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import logging
 import threading
 import warnings
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -20,7 +33,14 @@ import torch
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NoEffectWarning
 
-__all__ = ["check_mode", "warn_no_effect", "resolve_pool"]
+__all__ = [
+    "check_mode",
+    "warn_no_effect",
+    "resolve_pool",
+    "NewGuardError",
+    "no_new_guards",
+    "options_in_cache_key",
+]
 
 
 def check_mode(config: CompilerConfig) -> None:
@@ -89,3 +109,106 @@ def resolve_pool(config: CompilerConfig, example_inputs: list[object]) -> Compil
     resolved = config.copy()
     resolved.aclgraph_config.use_custom_pool = handle
     return resolved
+
+
+class NewGuardError(Exception):
+    """A pass asked a question about a symbolic size whose answer holds only for some values."""
+
+
+class _QuietThread(logging.Filter):
+    """Drops the warnings of one thread (another thread compiling meanwhile keeps its own)."""
+
+    def __init__(self, thread: int) -> None:
+        super().__init__()
+        self.thread = thread
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self.thread or record.levelno > logging.WARNING
+
+
+@contextlib.contextmanager
+def no_new_guards(shape_env: Any) -> Iterator[None]:
+    """Within the block, a guard on a symbolic size raises :class:`NewGuardError`.
+
+    A pass decides on the sizes of the example inputs; a decision that holds for some values of a
+    symbolic size only (``numel(a) == numel(b)`` when both hints happen to be equal) would add a
+    guard that specialises the graph: Dynamo then recompiles for other sizes, and a caller that
+    drops guards (vLLM) runs a graph that is wrong for them. The caller skips the pass instead.
+    """
+    if shape_env is None:
+        yield
+        return
+    error_on_new_guards = getattr(shape_env, "error_on_new_guards", None)
+    if error_on_new_guards is not None:
+        from torch.fx.experimental.symbolic_shapes import _ShapeEnvGuardError
+
+        # torch logs a warning for the refused guard before it raises; the refusal is this
+        # function's purpose, and the caller logs the skipped pass (at debug level).
+        shapes_log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+        quiet = _QuietThread(threading.get_ident())
+        shapes_log.addFilter(quiet)
+        try:
+            with error_on_new_guards():
+                yield
+        except _ShapeEnvGuardError as error:
+            raise NewGuardError(str(error)) from None
+        finally:
+            shapes_log.removeFilter(quiet)
+        return
+    # Without error_on_new_guards (torch 2.11), a frozen ShapeEnv only counts a new guard and
+    # still records it. Every new guard or runtime assert first passes through `_check_frozen`:
+    # raising there, on this ShapeEnv only, records nothing, and an evaluation that raised is not
+    # cached (a cached answer would let the next pass skip the question). This is what
+    # error_on_new_guards does inside torch.
+    if not callable(getattr(shape_env, "_check_frozen", None)):
+        raise NewGuardError("this torch cannot refuse a guard on a symbolic size")
+
+    def refuse(expr: object, concrete_val: object) -> None:
+        raise NewGuardError(f"the pass needs the guard {expr} == {concrete_val}")
+
+    shape_env._check_frozen = refuse
+    try:
+        yield
+    finally:
+        del shape_env._check_frozen
+
+
+def _options_digest(
+    config: CompilerConfig, decompositions: Mapping[Any, Callable[..., Any]]
+) -> str:
+    from npu_compile._version import __version__
+
+    def name(value: object) -> str:
+        # Functions by name: their repr holds an address, which differs in every process.
+        qualname = getattr(value, "__qualname__", None)
+        return f"{getattr(value, '__module__', '')}.{qualname}" if qualname else repr(value)
+
+    options = sorted((path, name(value)) for path, value in config.items())
+    decomposed = sorted((str(op), name(fn)) for op, fn in decompositions.items())
+    text = repr((__version__, options, decomposed))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def options_in_cache_key(
+    config: CompilerConfig, decompositions: Mapping[Any, Callable[..., Any]]
+) -> Iterator[None]:
+    """Within the block, AOT autograd's cache keys also hold the backend's options.
+
+    While torch's AOT compile bundles a result, AOT autograd looks the graph up in its on-disk
+    cache by the graph, its inputs and torch's own options, not by the backend's: another process
+    compiling the same model with other npu-compile options (``debug.run_eagerly``, static
+    kernels) would get this one's result. torch 2.13 happens to put a per-process name into that
+    key; torch 2.11 does not, and the wrong result was loaded. ``torch.compiler.config.
+    cache_key_tag`` is part of the key on every torch that has it: the options' digest joins the
+    user's tag there.
+    """
+    compiler_config = getattr(torch.compiler, "config", None)
+    if getattr(compiler_config, "cache_key_tag", None) is None:
+        yield
+        return
+    assert compiler_config is not None
+    user_tag = compiler_config.cache_key_tag
+    ours = f"npu_compile={_options_digest(config, decompositions)}"
+    with compiler_config.patch(cache_key_tag=f"{user_tag};{ours}" if user_tag else ours):
+        yield

@@ -10,7 +10,7 @@ disable_reinplace_inplaceable_ops_pass``) and of copies back into mutated inputs
 capture.
 
 No built-in pass may specialise a symbolic size: one that would add a guard on a size is skipped
-for that graph (see :func:`_no_new_guards`).
+for that graph (see :func:`npu_compile._compat.no_new_guards`).
 
 As in TorchAir, a graph that uses stream scopes or events keeps the input-mutation pass (an op
 whose result is copied back into a graph input writes the input directly, as the copy would)
@@ -21,14 +21,13 @@ done with it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from npu_compile import _compat
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError
 
@@ -300,10 +299,6 @@ def run_post_grad_passes(
     return gm
 
 
-class _WouldSpecialize(Exception):
-    """A pass asked a question about a symbolic size whose answer holds only for some values."""
-
-
 def _shape_env(example_inputs: Sequence[Any]) -> Any:
     from torch._guards import TracingContext, detect_fake_mode
 
@@ -312,58 +307,6 @@ def _shape_env(example_inputs: Sequence[Any]) -> Any:
     if fake_mode is None:
         fake_mode = detect_fake_mode(list(example_inputs))
     return getattr(fake_mode, "shape_env", None)
-
-
-class _QuietThread(logging.Filter):
-    """Drops the warnings of one thread (another thread compiling meanwhile keeps its own)."""
-
-    def __init__(self, thread: int) -> None:
-        super().__init__()
-        self.thread = thread
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.thread != self.thread or record.levelno > logging.WARNING
-
-
-@contextlib.contextmanager
-def _no_new_guards(shape_env: Any) -> Iterator[None]:
-    """Within the block, a guard on a symbolic size raises instead of being recorded.
-
-    A pass decides on the sizes of the example inputs; a decision that holds for some values of a
-    symbolic size only (``numel(a) == numel(b)`` when both hints happen to be equal) would add a
-    guard that specialises the graph: Dynamo then recompiles for other sizes, and a caller that
-    drops guards (vLLM) runs a graph that is wrong for them. The pass is skipped instead.
-    """
-    if shape_env is None:
-        yield
-        return
-    error_on_new_guards = getattr(shape_env, "error_on_new_guards", None)
-    if error_on_new_guards is not None:
-        from torch.fx.experimental.symbolic_shapes import _ShapeEnvGuardError
-
-        # torch logs a warning for the refused guard before it raises; the refusal is this
-        # function's purpose, and the skip is logged (at debug level) by the caller.
-        shapes_log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
-        quiet = _QuietThread(threading.get_ident())
-        shapes_log.addFilter(quiet)
-        try:
-            with error_on_new_guards():
-                yield
-        except _ShapeEnvGuardError as error:
-            raise _WouldSpecialize(str(error)) from None
-        finally:
-            shapes_log.removeFilter(quiet)
-        return
-    # Older torch: a frozen ShapeEnv ignores new guards and counts them; any count is a refusal.
-    counter = shape_env.counter
-    before, was_frozen = counter["ignored_backward_guard"], shape_env.frozen
-    shape_env.frozen = True
-    try:
-        yield
-    finally:
-        shape_env.frozen = was_frozen
-    if counter["ignored_backward_guard"] != before:
-        raise _WouldSpecialize("the pass evaluated a symbolic size")
 
 
 def _guarded(
@@ -378,10 +321,10 @@ def _guarded(
     # symbolic size leaves the graph as it was.
     backup = gm.graph.__deepcopy__()
     try:
-        with _no_new_guards(shape_env):
+        with _compat.no_new_guards(shape_env):
             run()
         gm.graph.lint()
-    except _WouldSpecialize as error:
+    except _compat.NewGuardError as error:
         logger.debug("%s: %s pass skipped, it would specialise a size (%s)", name, pass_name, error)
         gm.graph = backup
     except Exception as error:

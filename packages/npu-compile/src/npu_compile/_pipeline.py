@@ -282,18 +282,20 @@ def compile_graph(
     from npu_streams import NpuStreamsError
 
     backward = BackwardCompiler(name, config, stats)
+    keyed = _compat.options_in_cache_key(config, decompositions) if saving else None
     try:
-        compiled: CompiledFn = aot_module_simplified(
-            gm,
-            example_inputs,
-            fw_compiler=fw_compiler,
-            # While saving, a training graph runs eagerly: fw_compiler also gets its backward.
-            bw_compiler=None if saving else backward,
-            decompositions=dict(decompositions),
-            keep_inference_input_mutations=bool(
-                config.experimental_config.keep_inference_input_mutations
-            ),
-        )
+        with keyed or contextlib.nullcontext():
+            compiled: CompiledFn = aot_module_simplified(
+                gm,
+                example_inputs,
+                fw_compiler=fw_compiler,
+                # While saving, a training graph runs eagerly: fw_compiler also gets its backward.
+                bw_compiler=None if saving else backward,
+                decompositions=dict(decompositions),
+                keep_inference_input_mutations=bool(
+                    config.experimental_config.keep_inference_input_mutations
+                ),
+            )
     except (NpuStreamsError, NpuMempoolError, NpuCompileError):
         # A broken stream scope or a bad option is the user's to fix, never a silent fallback.
         raise

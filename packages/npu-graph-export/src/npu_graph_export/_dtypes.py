@@ -169,7 +169,7 @@ def narrow(values: np.ndarray, dtype: int) -> np.ndarray:
     """float32 ``values`` rounded to bf16 or fp8 (nearest, ties to even), still as float32.
 
     Out of range, e5m2 and bf16 give infinities and e4m3fn (which has none) saturates to its
-    largest value, as torch's conversions do.
+    largest value, as torch's conversions do from torch 2.13 on (torch 2.11 gives NaN there).
     """
     x = np.asarray(values, np.float32)
     if dtype == ge.DT_BF16:

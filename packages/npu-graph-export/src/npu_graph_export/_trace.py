@@ -277,8 +277,17 @@ def _trace(
         oblivious = torch.fx.experimental._config.patch(  # type: ignore[attr-defined]
             backed_size_oblivious=dynamic_shapes is not None
         )
-        with _named_inputs(model, kwargs), oblivious:
-            program = _export(model, args, kwargs, dynamic_shapes)
+        try:
+            with _named_inputs(model, kwargs), oblivious:
+                program = _export(model, args, kwargs, dynamic_shapes)
+        except DataDependentControlFlowError:
+            if dynamic_shapes is None:
+                raise
+            # Size-oblivious reasoning can make a size unbacked that ordinary reasoning keeps
+            # (torch 2.11: a slice write at a dynamic int position); without it a size-1
+            # dimension marked Dim.DYNAMIC fails loudly rather than being specialised.
+            with _named_inputs(model, kwargs):
+                program = _export(model, args, kwargs, dynamic_shapes)
         try:
             decomposed: ExportedProgram = program.run_decompositions(_decompositions())
         except Exception as error:

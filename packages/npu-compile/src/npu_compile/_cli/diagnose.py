@@ -267,7 +267,9 @@ def _profiled(trace: str | os.PathLike[str] | None) -> Iterator[None]:
         return
     target = Path(trace)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with torch.profiler.profile() as profiler:
+    # One profiling cycle: accumulating events changes nothing, and torch 2.11 warns on every
+    # profile without it ("Profiler clears events at the end of each cycle").
+    with torch.profiler.profile(acc_events=True) as profiler:
         yield
     # Written next to the target and renamed: a reader never sees half a trace.
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

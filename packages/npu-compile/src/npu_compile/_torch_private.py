@@ -1,0 +1,348 @@
+"""The private torch APIs npu_compile relies on, in one list.
+
+torch may move any of these in a minor release without notice. The package's tests
+(``tests/test_*_torch_private.py``) resolve every entry on the installed torch and fail naming the
+one that moved, and scan the sources so that a private torch name used here but missing from this
+list fails too. Checking a new torch release is then this list, run through ``nox -s compat``
+(docs/torch-compat.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+__all__ = ["PRIVATE_APIS", "PrivateApi"]
+
+
+class PrivateApi(NamedTuple):
+    """One private torch name and why the package needs it."""
+
+    #: Dotted path, from ``torch`` (or ``torch_npu``).
+    name: str
+    #: Which part of torch: Dynamo, AOT autograd, Inductor, FX, allocator, graph, dispatch, ...
+    area: str
+    #: Where and what for, so that whoever finds it moved knows what breaks.
+    use: str
+    #: Non-empty where the code probes for the name and works without it: what is lost then.
+    optional: str = ""
+    #: ``"cuda"``: only CUDA builds of torch have it; ``"torch_npu"``: it is torch_npu's.
+    needs: str = ""
+    #: For a name no import reaches (an attribute torch sets at run time): returns it or raises.
+    probe: Callable[[], object] | None = None
+
+
+@functools.cache
+def _forward_metadata() -> Any:
+    """What AOT autograd tells a forward compiler about its graph, as the backend reads it."""
+    import torch
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._guards import TracingContext
+
+    seen: list[Any] = []
+
+    def fw_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        context = TracingContext.try_get()
+        seen.append(None if context is None else context.fw_metadata)
+        return gm.forward
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler)
+
+    def step(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        cache.add_(1)  # an input mutation: input_info has something to say
+        return x * 2
+
+    torch.compile(step, backend=backend, fullgraph=True)(torch.ones(2), torch.zeros(2))
+    if not seen or seen[0] is None:
+        raise LookupError("the forward compiler ran without TracingContext.fw_metadata")
+    return seen[0]
+
+
+def _metadata(field: str) -> Callable[[], object]:
+    return lambda: getattr(_forward_metadata(), field)
+
+
+_SCHEMAS = "torch._functorch._aot_autograd.schemas"
+_WHOLE_CALL = (
+    "AOT's runtime wrapper stays around every call (about 11 us on CPU; _inputs.py catches the "
+    "AttributeError)"
+)
+
+
+PRIVATE_APIS: tuple[PrivateApi, ...] = (
+    # AOT autograd: the backend is an AOT forward compiler and reads AOT's view of the graph.
+    PrivateApi(
+        "torch._functorch.aot_autograd.aot_module_simplified",
+        "AOT autograd",
+        "_pipeline.compile_graph turns Dynamo's graph into the ATen forward graph it captures",
+    ),
+    PrivateApi(
+        "torch._guards.TracingContext.try_get",
+        "AOT autograd",
+        "_pipeline and _passes find the tracing context (metadata, fake mode) of the compile",
+    ),
+    PrivateApi(
+        "torch._guards.TracingContext.fw_metadata",
+        "AOT autograd",
+        "_pipeline's forward compiler reads AOT's ViewAndMutationMeta of the graph",
+        probe=_forward_metadata,
+    ),
+    PrivateApi(
+        "torch._guards.detect_fake_mode",
+        "AOT autograd",
+        "_passes runs torch's reinplace pass in the fake mode of the example inputs",
+    ),
+    PrivateApi(
+        f"{_SCHEMAS}.ViewAndMutationMeta.input_info",
+        "AOT autograd",
+        "_inputs.input_kinds marks the inputs the graph writes (MUTATED)",
+        probe=_metadata("input_info"),
+    ),
+    PrivateApi(
+        f"{_SCHEMAS}.InputAliasInfo.mutates_data",
+        "AOT autograd",
+        "_inputs.input_kinds marks the inputs the graph writes (MUTATED)",
+    ),
+    PrivateApi(
+        f"{_SCHEMAS}.ViewAndMutationMeta.output_info",
+        "AOT autograd",
+        "_capturable.records_autograd sends training graphs to eager (read with a default: a "
+        "rename would hide training graphs)",
+        probe=_metadata("output_info"),
+    ),
+    PrivateApi(
+        f"{_SCHEMAS}.OutputAliasInfo.requires_grad",
+        "AOT autograd",
+        "_capturable.records_autograd sends training graphs to eager",
+    ),
+    PrivateApi(
+        f"{_SCHEMAS}.ViewAndMutationMeta.tokens",
+        "AOT autograd",
+        "_inputs counts the effect tokens AOT puts before Dynamo's inputs",
+        probe=_metadata("tokens"),
+    ),
+    PrivateApi(
+        f"{_SCHEMAS}.ViewAndMutationMeta.static_input_indices",
+        "AOT autograd",
+        "_inputs.input_kinds marks parameters and buffers (PARAMETER: never copied per call)",
+        optional="parameters are copied into static buffers on every call",
+        probe=_metadata("static_input_indices"),
+    ),
+    PrivateApi(
+        f"{_SCHEMAS}.PlainTensorMeta",
+        "AOT autograd",
+        "_inputs.runner_is_whole_call checks that no input or output is a tensor subclass",
+        optional=_WHOLE_CALL,
+    ),
+    *(
+        PrivateApi(
+            f"{_SCHEMAS}.ViewAndMutationMeta.{field}",
+            "AOT autograd",
+            "_inputs.runner_is_whole_call decides whether AOT's runtime wrapper can be skipped",
+            optional=_WHOLE_CALL,
+            probe=_metadata(field),
+        )
+        for field in (
+            "subclass_inp_meta",
+            "subclass_fw_graph_out_meta",
+            "num_mutated_inp_runtime_indices",
+            "num_outputs_aliased",
+            "num_intermediate_bases",
+            "num_unsafe_view_outputs",
+            "is_rng_op_functionalized",
+        )
+    ),
+    PrivateApi(
+        "torch._functorch.config.bundled_autograd_cache",
+        "AOT autograd",
+        "_pipeline.bundling tells a compile whose result torch's AOT compile saves",
+    ),
+    PrivateApi(
+        "torch._functorch.config.force_autograd_cache",
+        "AOT autograd",
+        "_pipeline.bundling tells a compile whose result torch's AOT compile saves",
+    ),
+    # Dynamo and torch's AOT compile (save and load of a compiled function).
+    PrivateApi(
+        "torch._dynamo.exc.RestartAnalysis",
+        "Dynamo",
+        "_pipeline lets Dynamo's retrace signal through instead of falling back to eager",
+    ),
+    PrivateApi(
+        "torch._dynamo.reset",
+        "Dynamo",
+        "the demo and bench commands compile each variant from scratch",
+    ),
+    PrivateApi(
+        "torch._dynamo.config.debug_dir_root",
+        "Dynamo",
+        "_logs writes captured graphs into TORCH_COMPILE_DEBUG's directory",
+    ),
+    PrivateApi(
+        "torch._dynamo.utils.get_debug_dir",
+        "Dynamo",
+        "_logs writes captured graphs into TORCH_COMPILE_DEBUG's directory",
+    ),
+    PrivateApi(
+        "torch._dynamo.aot_compile_types.SerializableCallable",
+        "Dynamo AOT compile",
+        "_artifact.SerializedGraph is what a saved compiled function holds per graph",
+    ),
+    PrivateApi(
+        "torch._dynamo.aot_compile_types.GraphModuleSerializableCallable",
+        "Dynamo AOT compile",
+        "_pipeline saves a graph AOT cannot trace as torch saves the eager backend's",
+    ),
+    PrivateApi(
+        "torch._dynamo.aot_compile_types.BundledAOTAutogradSerializableCallable."
+        "serialize_compile_artifacts",
+        "Dynamo AOT compile",
+        "_artifact.SerializedGraph saves AOT's bundled result",
+    ),
+    PrivateApi(
+        "torch._dynamo.aot_compile_types.BundledAOTAutogradSerializableCallable."
+        "deserialize_compile_artifacts",
+        "Dynamo AOT compile",
+        "_artifact.SerializedGraph loads AOT's bundled result",
+    ),
+    PrivateApi(
+        "torch._inductor.output_code.OutputCode",
+        "Inductor",
+        "_artifact.GraphArtifact is the forward compiler's result AOT bundles and saves",
+    ),
+    PrivateApi(
+        "torch._inductor.output_code.OutputCode.post_compile",
+        "Inductor",
+        "_artifact.GraphArtifact rebuilds its graph runner after a load",
+    ),
+    PrivateApi(
+        "torch._inductor.output_code.OutputCode.prepare_for_serialization",
+        "Inductor",
+        "_artifact.GraphArtifact pickles its ATen graph before a save",
+    ),
+    PrivateApi(
+        "torch._inductor.output_code.OutputCode.set_triton_bundle",
+        "Inductor",
+        "_artifact.GraphArtifact has no Triton kernels to bundle",
+    ),
+    PrivateApi(
+        "torch.fx._graph_pickler.GraphPickler.dumps",
+        "FX",
+        "_artifact pickles the captured ATen graph into a saved compiled function",
+    ),
+    PrivateApi(
+        "torch.fx._graph_pickler.GraphPickler.loads",
+        "FX",
+        "_artifact unpickles the ATen graph of a saved compiled function",
+    ),
+    PrivateApi(
+        "torch.fx._graph_pickler.Options", "FX", "_artifact pickles graphs with any op in them"
+    ),
+    PrivateApi(
+        "torch._subclasses.FakeTensorMode",
+        "FX",
+        "_artifact unpickles a saved graph's fake values",
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv",
+        "FX symbolic shapes",
+        "_artifact unpickles a saved graph's symbolic sizes",
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv.error_on_new_guards",
+        "FX symbolic shapes",
+        "_compat.no_new_guards skips a pass whose decision would add a guard on a symbolic size",
+        optional="_compat.no_new_guards intercepts ShapeEnv._check_frozen instead (torch 2.11)",
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes._ShapeEnvGuardError",
+        "FX symbolic shapes",
+        "_compat.no_new_guards catches what error_on_new_guards raises",
+        optional="only needed with error_on_new_guards",
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv._check_frozen",
+        "FX symbolic shapes",
+        "_compat.no_new_guards refuses a new guard here where error_on_new_guards is missing",
+        optional="where error_on_new_guards is missing too, every built-in pass is skipped on a "
+        "graph with symbolic sizes",
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.free_symbols",
+        "FX symbolic shapes",
+        "_tensorify finds the int inputs that decide no shape",
+    ),
+    PrivateApi(
+        "torch.fx._lazy_graph_module._LazyGraphModule.force_recompile",
+        "FX",
+        "_pipeline.forward_of binds a graph's generated forward (no lazy-recompile stub)",
+    ),
+    # Inductor's passes the backend reuses on the ATen graph.
+    PrivateApi(
+        "torch._inductor.fx_passes.post_grad.remove_noop_ops",
+        "Inductor",
+        "_passes drops no-op views and copies before capture",
+    ),
+    PrivateApi(
+        "torch._inductor.fx_passes.reinplace.reinplace_inplaceable_ops_core",
+        "Inductor",
+        "_passes writes a functional op copied back into an input in place (KV caches)",
+    ),
+    PrivateApi(
+        "torch.fx.passes.reinplace.reinplace",
+        "FX",
+        "_passes writes functional ops on dead intermediates in place",
+    ),
+    PrivateApi(
+        "torch._inductor.cpp_builder.get_cpp_compiler",
+        "Inductor",
+        "the doctor command checks the C++ compiler CPU static kernels need",
+    ),
+    PrivateApi(
+        "torch._inductor.exc.InvalidCxxCompiler",
+        "Inductor",
+        "the doctor command reports a C++ compiler Inductor cannot use",
+    ),
+    PrivateApi(
+        "torch._ops.OpOverload",
+        "dispatch",
+        "_passes checks the ops a user pass names",
+    ),
+    PrivateApi(
+        "torch._ops.OpOverloadPacket",
+        "dispatch",
+        "_passes checks the ops a user pass names",
+    ),
+    PrivateApi(
+        "torch._logging._internal.register_log",
+        "logging",
+        "_logs registers npu_compile as a TORCH_LOGS name",
+    ),
+    PrivateApi(
+        "torch._logging._internal._parse_log_settings.cache_clear",
+        "logging",
+        "_logs applies TORCH_LOGS again once the name exists",
+    ),
+    PrivateApi(
+        "torch._logging._internal._init_logs",
+        "logging",
+        "_logs applies TORCH_LOGS again once the name exists",
+    ),
+    PrivateApi(
+        "torch._logging._internal.trace_structured",
+        "logging",
+        "_logs writes each captured graph into TORCH_TRACE (tlparse)",
+    ),
+    PrivateApi(
+        "torch.utils._pytree.tree_flatten",
+        "pytree",
+        "vllm/_graph_wrapper.py flattens a piecewise graph's outputs",
+    ),
+    PrivateApi(
+        "torch.utils._pytree.tree_unflatten",
+        "pytree",
+        "vllm/_graph_wrapper.py rebuilds a piecewise graph's outputs",
+    ),
+)

@@ -1,0 +1,110 @@
+"""The private torch APIs npu_graph_export relies on, in one list.
+
+torch may move any of these in a minor release without notice. The package's tests
+(``tests/test_*_torch_private.py``) resolve every entry on the installed torch and fail naming the
+one that moved, and scan the sources so that a private torch name used here but missing from this
+list fails too. Checking a new torch release is then this list, run through ``nox -s compat``
+(docs/torch-compat.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+__all__ = ["PRIVATE_APIS", "PrivateApi"]
+
+
+class PrivateApi(NamedTuple):
+    """One private torch name and why the package needs it."""
+
+    #: Dotted path, from ``torch`` (or ``torch_npu``).
+    name: str
+    #: Which part of torch: Dynamo, AOT autograd, Inductor, FX, allocator, graph, dispatch, ...
+    area: str
+    #: Where and what for, so that whoever finds it moved knows what breaks.
+    use: str
+    #: Non-empty where the code probes for the name and works without it: what is lost then.
+    optional: str = ""
+    #: ``"cuda"``: only CUDA builds of torch have it; ``"torch_npu"``: it is torch_npu's.
+    needs: str = ""
+    #: For a name no import reaches (an attribute torch sets at run time): returns it or raises.
+    probe: Callable[[], object] | None = None
+
+
+def _marked_dynamic_dims() -> object:
+    """Where ``torch._dynamo.mark_dynamic`` records its dims on a tensor (raises if elsewhere)."""
+    import torch
+
+    marked = torch.zeros(2, 3)
+    torch._dynamo.mark_dynamic(marked, 1)
+    dims = marked._dynamo_dynamic_indices  # type: ignore[attr-defined]
+    if set(dims) != {1}:
+        raise LookupError(f"mark_dynamic(t, 1) left _dynamo_dynamic_indices = {dims!r}")
+    return dims
+
+
+PRIVATE_APIS: tuple[PrivateApi, ...] = (
+    PrivateApi(
+        "torch.Tensor._dynamo_dynamic_indices",
+        "Dynamo",
+        "_trace.py makes the dims a user marked with torch._dynamo.mark_dynamic dynamic in the "
+        "export",
+        probe=_marked_dynamic_dims,
+    ),
+    PrivateApi(
+        "torch.fx.experimental._config.patch",
+        "FX symbolic shapes",
+        "_trace.py turns on size-oblivious reasoning while exporting with dynamic dims",
+    ),
+    PrivateApi(
+        "torch.fx.experimental._config.backed_size_oblivious",
+        "FX symbolic shapes",
+        "_trace.py keeps a dynamic dim whose example size is 1 symbolic (no 0/1 specialisation)",
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.is_concrete_int",
+        "FX symbolic shapes",
+        "_trace.py and the converters tell static dims from symbolic ones (-1 in GE shapes)",
+    ),
+    PrivateApi(
+        "torch._check",
+        "FX symbolic shapes",
+        "converters/symbolic.py drops the trace-time asserts export may leave as nodes",
+    ),
+    PrivateApi(
+        "torch._check_is_size",
+        "FX symbolic shapes",
+        "converters/symbolic.py drops the trace-time size asserts export may leave as nodes",
+    ),
+    PrivateApi(
+        "torch._ops.OpOverload",
+        "dispatch",
+        "_convert.py finds the converter of an ATen op node by its overload",
+    ),
+    PrivateApi(
+        "torch.distributed.distributed_c10d._resolve_process_group",
+        "distributed",
+        "converters/collective.py finds the process group a traced collective names",
+    ),
+    PrivateApi(
+        "torch.ops._c10d_functional.all_reduce",
+        "distributed",
+        "converters/collective.py converts it to HcomAllReduce",
+    ),
+    PrivateApi(
+        "torch.ops._c10d_functional.all_gather_into_tensor",
+        "distributed",
+        "converters/collective.py converts it to HcomAllGather",
+    ),
+    PrivateApi(
+        "torch.ops._c10d_functional.reduce_scatter_tensor",
+        "distributed",
+        "converters/collective.py converts it to HcomReduceScatter",
+    ),
+    PrivateApi(
+        "torch.ops._c10d_functional.wait_tensor",
+        "distributed",
+        "converters/collective.py makes it an Identity (GE orders collectives itself)",
+    ),
+)

@@ -1,0 +1,149 @@
+"""The private torch APIs npu_mempool relies on, in one list.
+
+torch may move any of these in a minor release without notice. The package's tests
+(``tests/test_*_torch_private.py``) resolve every entry on the installed torch and fail naming the
+one that moved, and scan the sources so that a private torch name used here but missing from this
+list fails too. Checking a new torch release is then this list, run through ``nox -s compat``
+(docs/torch-compat.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+__all__ = ["PRIVATE_APIS", "PrivateApi"]
+
+
+class PrivateApi(NamedTuple):
+    """One private torch name and why the package needs it."""
+
+    #: Dotted path, from ``torch`` (or ``torch_npu``).
+    name: str
+    #: Which part of torch: Dynamo, AOT autograd, Inductor, FX, allocator, graph, dispatch, ...
+    area: str
+    #: Where and what for, so that whoever finds it moved knows what breaks.
+    use: str
+    #: Non-empty where the code probes for the name and works without it: what is lost then.
+    optional: str = ""
+    #: ``"cuda"``: only CUDA builds of torch have it; ``"torch_npu"``: it is torch_npu's.
+    needs: str = ""
+    #: For a name no import reaches (an attribute torch sets at run time): returns it or raises.
+    probe: Callable[[], object] | None = None
+
+
+PRIVATE_APIS: tuple[PrivateApi, ...] = (
+    # The allocator's pool checkpoints: how a pool is rewound to the state after a capture, so
+    # that graphs of one pool share memory (mode 2). Probed by Cuda.has_checkpoint_hooks.
+    PrivateApi(
+        "torch._C._cuda_getCheckpointState",
+        "allocator",
+        "_devices/cuda.py reads a graph pool's allocator state after each capture",
+        optional="graphs of one pool no longer share memory by rewinding it (mode 2 off)",
+        needs="cuda",
+    ),
+    PrivateApi(
+        "torch._C._cuda_setCheckpointPoolState",
+        "allocator",
+        "_devices/cuda.py rewinds a graph pool to a saved state before the next capture",
+        optional="graphs of one pool no longer share memory by rewinding it (mode 2 off)",
+        needs="cuda",
+    ),
+    PrivateApi(
+        "torch._C._cuda_checkPoolLiveAllocations",
+        "allocator",
+        "_devices/cuda.py checks that a rewound pool holds exactly the expected live blocks",
+        optional="a rewind is not checked against the allocator's own view",
+        needs="cuda",
+    ),
+    PrivateApi(
+        "torch._C._cuda_clearCublasWorkspaces",
+        "allocator",
+        "_devices/cuda.py drops cuBLAS workspaces around captures so none is held by a pool",
+        optional="a cuBLAS workspace made during a capture stays in the pool for good",
+        needs="cuda",
+    ),
+    PrivateApi(
+        "torch._C._cuda_endAllocateToPool",
+        "graph",
+        "_devices/cuda.py stops routing allocations to a pool after a failed capture",
+        optional="after a failed capture later captures into that pool may be refused",
+        needs="cuda",
+    ),
+    PrivateApi(
+        "torch._C._cuda_releasePool",
+        "graph",
+        "_devices/cuda.py releases a pool after a failed capture",
+        optional="after a failed capture later captures into that pool may be refused",
+        needs="cuda",
+    ),
+    PrivateApi(
+        "torch_npu._C._npu_getCheckpointState",
+        "allocator",
+        "_devices/npu.py reads a graph pool's allocator state after each capture",
+        optional="graphs of one pool no longer share memory by rewinding it (mode 2 off)",
+        needs="torch_npu",
+    ),
+    PrivateApi(
+        "torch_npu._C._npu_setCheckpointPoolState",
+        "allocator",
+        "_devices/npu.py rewinds a graph pool to a saved state before the next capture",
+        optional="graphs of one pool no longer share memory by rewinding it (mode 2 off)",
+        needs="torch_npu",
+    ),
+    PrivateApi(
+        "torch_npu._C._npu_checkPoolLiveAllocations",
+        "allocator",
+        "_devices/npu.py checks that a rewound pool holds exactly the expected live blocks",
+        optional="a rewind is not checked against the allocator's own view",
+        needs="torch_npu",
+    ),
+    PrivateApi(
+        "torch_npu._C._npu_endAllocateToPool",
+        "graph",
+        "_devices/npu.py stops routing allocations to a pool after a failed capture",
+        optional="after a failed capture later captures into that pool may be refused",
+        needs="torch_npu",
+    ),
+    PrivateApi(
+        "torch_npu._C._npu_releasePool",
+        "graph",
+        "_devices/npu.py releases a pool after a failed capture",
+        optional="after a failed capture later captures into that pool may be refused",
+        needs="torch_npu",
+    ),
+    PrivateApi(
+        "torch._C._storage_Use_Count",
+        "allocator",
+        "_outputs.storage_uses counts the tensors over a static output before it is overwritten",
+    ),
+    PrivateApi(
+        "torch._debug_has_internal_overlap",
+        "dispatch",
+        "_capture gives an input whose elements share memory (an expanded tensor) a buffer",
+    ),
+    PrivateApi(
+        "torch._foreach_copy_",
+        "dispatch",
+        "_entry and the emulated graph copy every input into its static buffer in one call",
+    ),
+    PrivateApi("torch.utils._pytree.TreeSpec", "pytree", "_outputs keeps the structure of outputs"),
+    PrivateApi(
+        "torch.utils._pytree.tree_flatten", "pytree", "_outputs flattens a callable's outputs"
+    ),
+    PrivateApi(
+        "torch.utils._pytree.tree_unflatten",
+        "pytree",
+        "_outputs rebuilds the outputs' container around the static leaves",
+    ),
+    PrivateApi(
+        "torch._logging._internal.trace_structured",
+        "logging",
+        "_trace writes a capture event into TORCH_TRACE (tlparse)",
+    ),
+    PrivateApi(
+        "torch.autograd.profiler._is_profiler_enabled",
+        "profiler",
+        "_trace opens profiler ranges only while a profiler records (a flag read per call)",
+    ),
+)
