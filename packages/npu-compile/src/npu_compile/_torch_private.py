@@ -90,6 +90,16 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         probe=_forward_metadata,
     ),
     PrivateApi(
+        "torch.fx.passes.split_module.split_module",
+        "FX",
+        "_piecewise splits a graph into pieces around the nodes that run eagerly",
+    ),
+    PrivateApi(
+        "torch.fx.passes.reinplace._maybe_get_inplace_op",
+        "FX",
+        "_passes finds the in-place variant of an op copied back into a graph input",
+    ),
+    PrivateApi(
         "torch._guards.detect_fake_mode",
         "AOT autograd",
         "_passes runs torch's reinplace pass in the fake mode of the example inputs",

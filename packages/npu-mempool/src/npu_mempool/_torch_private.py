@@ -137,6 +137,23 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "_outputs rebuilds the outputs' container around the static leaves",
     ),
     PrivateApi(
+        "torch.Tensor._make_wrapper_subclass",
+        "dispatch",
+        "_steps.StaleTensor: what an output overwritten after a step boundary becomes",
+    ),
+    PrivateApi(
+        "torch._C.DisableTorchFunctionSubclass",
+        "dispatch",
+        "_steps.StaleTensor answers shape, dtype and device reads of an overwritten output",
+    ),
+    PrivateApi(
+        "torch._inductor.cudagraph_trees.MarkStepBox",
+        "Inductor",
+        "_steps reads torch's step counter (cudagraph_mark_step_begin) as a step boundary",
+        optional="torch.compiler.cudagraph_mark_step_begin() is no step boundary here "
+        "(npu_mempool.mark_step_begin() still is)",
+    ),
+    PrivateApi(
         "torch._logging._internal.trace_structured",
         "logging",
         "_trace writes a capture event into TORCH_TRACE (tlparse)",
