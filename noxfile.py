@@ -129,7 +129,7 @@ def compat(session: nox.Session, torch: str) -> None:
     docs/torch-compat.md): `nox -s compat` for every release, `nox -s "compat(torch='2.11')"` for
     one.
     """
-    # No torch-cpu.txt here: it pins 2.13.0, and this session installs other releases on purpose.
+    # No torch-cpu.txt here: it pins 2.13.0, and `compat` installs the other releases on purpose.
     session.install(f"torch=={COMPAT_TORCH[torch]}", *TEST_TOOLS, *_editables(*PACKAGES))
     session.run(
         "python",

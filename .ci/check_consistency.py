@@ -1,7 +1,9 @@
-"""Check that sibling dependency ranges agree with the in-repo versions.
+"""Check that sibling dependency ranges agree with the in-repo versions, and vendored copies agree.
 
 Fails when a package names a sibling with `==` (libraries use ranges), with no upper bound, or with
-a range that the sibling's in-repo version does not satisfy. Run by `nox -s consistency`.
+a range that the sibling's in-repo version does not satisfy; and when the copies of a module that
+each package carries (the distributions never import each other's private modules) drift apart in
+their code. Run by `nox -s consistency`.
 """
 
 from __future__ import annotations
@@ -54,9 +56,40 @@ def find_problems(root: Path = ROOT) -> list[str]:
     return problems
 
 
+#: Modules each listed package carries a copy of: the code after the imports must be identical
+#: (the docstring and the package's own imports may differ).
+VENDORED = {
+    "_confine.py": (
+        "npu-graph-export/src/npu_graph_export",
+        "npu-static-kernel/src/npu_static_kernel",
+    ),
+}
+
+
+def _code(path: Path) -> list[str]:
+    """The module's lines after its docstring, without imports of the package itself."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("from __future__"))
+    return [line for line in lines[start:] if not line.startswith("from npu_")]
+
+
+def find_drift(root: Path = ROOT) -> list[str]:
+    """Return one line per vendored module whose copies differ in their code."""
+    problems: list[str] = []
+    for module, places in VENDORED.items():
+        first, *others = [root / "packages" / place / module for place in places]
+        for other in others:
+            if _code(first) != _code(other):
+                problems.append(
+                    f"{other.relative_to(root)} differs from {first.relative_to(root)}: "
+                    "change both copies the same way"
+                )
+    return problems
+
+
 def main() -> int:
     """Print the problems (or a summary) and return the exit code."""
-    problems = find_problems()
+    problems = find_problems() + find_drift()
     for problem in problems:
         print(problem, file=sys.stderr)
     if not problems:

@@ -65,6 +65,20 @@ def test_sibling_ranges_are_consistent() -> None:
     assert _load_checker().find_problems(ROOT) == []
 
 
+def test_vendored_copies_agree_and_drift_is_caught(tmp_path: Path) -> None:
+    checker = _load_checker()
+    assert checker.find_drift(ROOT) == []
+    for module, places in checker.VENDORED.items():
+        for place in places:
+            copy = tmp_path / "packages" / place / module
+            copy.parent.mkdir(parents=True)
+            copy.write_text((ROOT / "packages" / place / module).read_text())
+        drifted = tmp_path / "packages" / places[-1] / module
+        drifted.write_text(drifted.read_text() + "\nEXTRA = 1\n")
+        (problem,) = checker.find_drift(tmp_path)
+        assert "change both copies" in problem
+
+
 def test_consistency_check_rejects_pins_and_excluding_ranges(tmp_path: Path) -> None:
     for package_dir in PACKAGE_DIRS:
         target = tmp_path / "packages" / package_dir.name
