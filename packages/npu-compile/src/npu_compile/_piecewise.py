@@ -207,12 +207,12 @@ def piecewise(
         # One pool for every piece of this graph.
         options = dataclasses.replace(options, pool=graph_pool_handle(device))
     pieces = 0
+    eager_modules = {f"submod_{p}" for p in eager_partitions}
     for node in list(split.graph.nodes):
         if node.op != "call_module":
             continue
         submodule = getattr(split, str(node.target))
-        eager = str(node.target) in {f"submod_{p}" for p in eager_partitions}
-        if eager or not _worth_capturing(submodule):
+        if str(node.target) in eager_modules or not _worth_capturing(submodule):
             continue
         piece_kinds = [
             kind_of.get(arg.name, InputKind.USER)

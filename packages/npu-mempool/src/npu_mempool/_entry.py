@@ -133,13 +133,14 @@ class Entry:
             for i in self._owned_at:
                 leaves[i] = leaves[i].clone()
         else:
+            # A graph replays only when its memory is free, so every output handed out before
+            # is dead (or was taken back): the list starts again.
             token = step_token()
-            handed = self._handed
-            if handed:
-                handed[:] = [h for h in handed if h[0]() is not None]
+            handed = []
             for i in self._owned_at:
                 leaves[i] = out = leaves[i].detach()
                 handed.append((weakref.ref(out), token))
+            self._handed = handed
             # The pool must know: its other graphs may not write this memory while it is used.
             self.pool._lent[id(self)] = self._ref
         return self._shape.build(leaves)
