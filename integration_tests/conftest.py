@@ -11,7 +11,7 @@ import torch
 @pytest.fixture
 def device() -> torch.device:
     """The device the seed examples run on: the best available (``npu`` in the originals)."""
-    from npu_compile._device import best_device
+    from npu_compile._cli.device import best_device
 
     return best_device()
 
@@ -28,7 +28,7 @@ def cpu_replay(request: pytest.FixtureRequest) -> Iterator[str]:
     On CPU the backend replays Dynamo's graph (cheaper Python); devices capture the ATen graph
     after the stream pass. The ``aten-graph`` run puts that device path through the runner here.
     """
-    from npu_compile._pipeline import replaying_aten_graph_on_cpu
+    from npu_compile._forward import replaying_aten_graph_on_cpu
 
     param: str = request.param
     with replaying_aten_graph_on_cpu(param == "aten-graph"):

@@ -68,15 +68,35 @@ def test_sibling_ranges_are_consistent() -> None:
 def test_vendored_copies_agree_and_drift_is_caught(tmp_path: Path) -> None:
     checker = _load_checker()
     assert checker.find_drift(ROOT) == []
-    for module, places in checker.VENDORED.items():
+    for places in checker.VENDORED.values():
         for place in places:
-            copy = tmp_path / "packages" / place / module
-            copy.parent.mkdir(parents=True)
-            copy.write_text((ROOT / "packages" / place / module).read_text())
-        drifted = tmp_path / "packages" / places[-1] / module
-        drifted.write_text(drifted.read_text() + "\nEXTRA = 1\n")
+            copy = tmp_path / "packages" / place
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text((ROOT / "packages" / place).read_text())
+    for places in checker.VENDORED.values():
+        drifted = tmp_path / "packages" / places[-1]
+        original = drifted.read_text()
+        drifted.write_text(original + "\nEXTRA = 1\n")
         (problem,) = checker.find_drift(tmp_path)
-        assert "change both copies" in problem
+        assert places[-1] in problem
+        assert "--sync" in problem
+        # --sync brings the copy back to the source's code, keeping its docstring and imports.
+        assert checker.sync(tmp_path) == [drifted]
+        assert drifted.read_text() == original
+        assert checker.find_drift(tmp_path) == []
+
+
+def test_a_missing_vendored_copy_is_reported(tmp_path: Path) -> None:
+    checker = _load_checker()
+    for places in checker.VENDORED.values():
+        for place in places:
+            copy = tmp_path / "packages" / place
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text((ROOT / "packages" / place).read_text())
+    places = next(iter(checker.VENDORED.values()))
+    (tmp_path / "packages" / places[1]).unlink()
+    (problem,) = checker.find_drift(tmp_path)
+    assert "is missing" in problem
 
 
 def test_consistency_check_rejects_pins_and_excluding_ranges(tmp_path: Path) -> None:

@@ -296,7 +296,7 @@ def test_public_facade_names() -> None:
 @pytest.mark.device
 def test_demo_decoder_on_the_accelerator_matches_eager() -> None:
     from npu_compile._cli.demo_model import DemoConfig, TinyDecoder, greedy_generate
-    from npu_compile._device import best_device
+    from npu_compile._cli.device import best_device
 
     device = best_device()
     model = TinyDecoder(DemoConfig(layers=2, dim=64)).to(device).eval()

@@ -126,12 +126,12 @@ def test_demo_grows_the_kv_cache_for_long_generations(capsys: pytest.CaptureFixt
 
 def _nothing_captured(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every FX graph falls back to eager, with the message "test says no"."""
-    from npu_compile import FallbackReason, _pipeline
+    from npu_compile import FallbackReason, _forward
     from npu_compile._piecewise import Split
 
     said = Split("x", "aten::x", FallbackReason.MIXED_DEVICES, "test says no")
-    monkeypatch.setattr(_pipeline, "split_points", lambda gm, device, ops: [said])
-    monkeypatch.setattr(_pipeline, "capture_pieces", lambda *args: None)
+    monkeypatch.setattr(_forward, "split_points", lambda gm, device, ops: [said])
+    monkeypatch.setattr(_forward, "capture_pieces", lambda *args: None)
 
 
 def test_demo_fails_when_nothing_was_captured(
@@ -219,3 +219,43 @@ def test_demo_table_says_cpu_shows_no_speedup(device: str, noted: bool) -> None:
         fallbacks=(),
     )
     assert ("expect no speedup" in result.table()) is noted
+
+
+class _Report:
+    """A benchmark report stand-in: the write path is under test, not the benchmark."""
+
+    def table(self) -> str:
+        return "table"
+
+    def to_json(self) -> dict[str, int]:
+        return {"rows": 0}
+
+
+def test_bench_refuses_a_link_planted_at_its_result_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_bench, "decode_step_bench", lambda *args, **kwargs: _Report())
+    monkeypatch.setattr(_bench, "mlp_overhead_bench", lambda *args, **kwargs: _Report())
+    out = tmp_path / "results"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (out / "decode_step_cpu.json").symlink_to(victim)
+    assert main(["bench", "--steps", "1", "--device", "cpu", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert "decode_step_cpu.json" in err
+    assert len(err.strip().splitlines()) == 1
+    assert victim.read_text() == "keep me"
+
+
+def test_bench_writes_its_result_file_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_bench, "decode_step_bench", lambda *args, **kwargs: _Report())
+    monkeypatch.setattr(_bench, "mlp_overhead_bench", lambda *args, **kwargs: _Report())
+    out = tmp_path / "results"
+    assert main(["bench", "--steps", "1", "--device", "cpu", "--out", str(out)]) == 0
+    written = json.loads((out / "decode_step_cpu.json").read_text())
+    assert written == {"reports": [{"rows": 0}, {"rows": 0}]}
+    assert [p.name for p in out.iterdir()] == ["decode_step_cpu.json"]  # no temporary left

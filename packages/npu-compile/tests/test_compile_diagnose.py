@@ -61,7 +61,7 @@ def test_verdict_rule_and_accelerator_summary() -> None:
 
 @pytest.mark.device
 def test_accelerator_timings_are_separated() -> None:
-    from npu_compile._device import best_device
+    from npu_compile._cli.device import best_device
 
     device = best_device()
     x = torch.randn(256, 256, device=device)

@@ -14,7 +14,7 @@ from typing import Any
 import npu_compile
 import pytest
 import torch
-from npu_compile._pipeline import replaying_aten_graph_on_cpu
+from npu_compile._forward import replaying_aten_graph_on_cpu
 
 
 def _write_prefix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

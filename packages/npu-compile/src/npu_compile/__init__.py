@@ -28,6 +28,7 @@ from npu_compile.errors import (
     DemoMismatchError,
     NoEffectWarning,
     NpuCompileError,
+    OutputError,
     UnknownOptionError,
     UnsupportedApiError,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "DemoMismatchError",
     "UnsupportedApiError",
     "NoEffectWarning",
+    "OutputError",
 ]
 
 

@@ -129,7 +129,7 @@ class GraphArtifact(OutputCode):
         gm.recompile()
         self.gm = gm
         self._serialized_gm = None
-        from npu_compile._pipeline import rebuild
+        from npu_compile._rebuild import rebuild
 
         self.bind(rebuild(self, gm))
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from npu_compile import _compat
+from npu_compile import _config_checks
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import ConfigError
 
@@ -58,7 +58,7 @@ def dynamo_export(
             "weight addresses belong to a running process, not to an offline graph); set it to "
             "False for the export"
         )
-    _compat.warn_no_effect(config, set())
+    _config_checks.warn_no_effect(config, set())
 
     return export(
         *args,

@@ -10,7 +10,7 @@ disable_reinplace_inplaceable_ops_pass``) and of copies back into mutated inputs
 capture.
 
 No built-in pass may specialise a symbolic size: one that would add a guard on a size is skipped
-for that graph (see :func:`npu_compile._compat.no_new_guards`).
+for that graph (see :func:`npu_compile._torch_compat.no_new_guards`).
 
 As in TorchAir, a graph that uses stream scopes or events keeps the input-mutation pass (an op
 whose result is copied back into a graph input writes the input directly, as the copy would)
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from npu_compile import _compat
+from npu_compile import _torch_compat
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError
 
@@ -321,10 +321,10 @@ def _guarded(
     # symbolic size leaves the graph as it was.
     backup = gm.graph.__deepcopy__()
     try:
-        with _compat.no_new_guards(shape_env):
+        with _torch_compat.no_new_guards(shape_env):
             run()
         gm.graph.lint()
-    except _compat.NewGuardError as error:
+    except _torch_compat.NewGuardError as error:
         logger.debug("%s: %s pass skipped, it would specialise a size (%s)", name, pass_name, error)
         gm.graph = backup
     except Exception as error:

@@ -26,10 +26,10 @@ from npu_compile._capturable import HOST_SYNC_OPS, op_name, op_tags, unsafe_tag
 from npu_compile._fallback import FallbackReason
 
 if TYPE_CHECKING:
-    from npu_compile.backend import BackendStats
+    from npu_compile._stats import BackendStats
     from npu_compile.configs.compiler_config import CompilerConfig
 
-__all__ = ["Split", "graph_device", "piecewise", "split_points"]
+__all__ = ["Split", "piecewise", "split_points"]
 
 logger = logging.getLogger("npu_compile")
 
@@ -66,19 +66,6 @@ class Split:
 
     def describe(self) -> str:
         return f"{self.node} ({self.op}: {self.why})"
-
-
-def graph_device(example_inputs: Sequence[object]) -> torch.device:
-    """The device a graph is captured on: its accelerator if it has one, else the CPU.
-
-    A graph that mixes a device with CPU (or meta) tensors is captured on the device, and the
-    nodes on the other devices run eagerly.
-    """
-    devices = [x.device for x in example_inputs if isinstance(x, torch.Tensor)]
-    for device in devices:
-        if device.type not in ("cpu", "meta"):
-            return device
-    return torch.device("cpu")
 
 
 def split_points(
@@ -177,8 +164,8 @@ def piecewise(
     from npu_mempool import GraphRunner, InputKind, graph_pool_handle
     from torch.fx.passes.split_module import split_module
 
+    from npu_compile._eager import forward_of
     from npu_compile._lowering import capture_options
-    from npu_compile._pipeline import forward_of
 
     eager_nodes = {s.node for s in splits}
     partition_of: dict[str, int] = {}
@@ -226,7 +213,7 @@ def piecewise(
             options=options,
             name=f"{name}.piece{pieces}",
         )
-        stats._add_runner(runner)
+        stats.record_runner(runner)
         attribute = str(node.target)
         node.op = "call_function"
         node.target = runner.as_function()

@@ -86,7 +86,7 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch._guards.TracingContext.fw_metadata",
         "AOT autograd",
-        "_pipeline's forward compiler reads AOT's ViewAndMutationMeta of the graph",
+        "_forward.ForwardCompiler reads AOT's ViewAndMutationMeta of the graph",
         probe=_forward_metadata,
     ),
     PrivateApi(
@@ -263,19 +263,19 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes.ShapeEnv.error_on_new_guards",
         "FX symbolic shapes",
-        "_compat.no_new_guards skips a pass whose decision would add a guard on a symbolic size",
-        optional="_compat.no_new_guards intercepts ShapeEnv._check_frozen instead (torch 2.11)",
+        "_torch_compat.no_new_guards skips a pass whose decision would guard a symbolic size",
+        optional="_torch_compat.no_new_guards intercepts ShapeEnv._check_frozen (torch 2.11)",
     ),
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes._ShapeEnvGuardError",
         "FX symbolic shapes",
-        "_compat.no_new_guards catches what error_on_new_guards raises",
+        "_torch_compat.no_new_guards catches what error_on_new_guards raises",
         optional="only needed with error_on_new_guards",
     ),
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes.ShapeEnv._check_frozen",
         "FX symbolic shapes",
-        "_compat.no_new_guards refuses a new guard here where error_on_new_guards is missing",
+        "_torch_compat.no_new_guards refuses a new guard here where error_on_new_guards is missing",
         optional="where error_on_new_guards is missing too, every built-in pass is skipped on a "
         "graph with symbolic sizes",
     ),
@@ -287,7 +287,7 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch.fx._lazy_graph_module._LazyGraphModule.force_recompile",
         "FX",
-        "_pipeline.forward_of binds a graph's generated forward (no lazy-recompile stub)",
+        "_eager.forward_of binds a graph's generated forward (no lazy-recompile stub)",
     ),
     # Inductor's passes the backend reuses on the ATen graph.
     PrivateApi(

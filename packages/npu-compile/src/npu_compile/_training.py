@@ -37,7 +37,7 @@ from npu_compile._lowering import capture_options
 from npu_compile.configs.compiler_config import CompilerConfig
 
 if TYPE_CHECKING:
-    from npu_compile.backend import BackendStats
+    from npu_compile._stats import BackendStats
 
 __all__ = ["BackwardCompiler"]
 
@@ -93,7 +93,7 @@ class BackwardCompiler:
         from npu_mempool import GraphRunner, InputKind
         from npu_streams import prepare_for_capture
 
-        from npu_compile._pipeline import forward_of
+        from npu_compile._eager import forward_of
 
         prepared = prepare_for_capture(gm)
         reason = host_sync_reason(prepared)
@@ -118,7 +118,7 @@ class BackwardCompiler:
         runner = GraphRunner(
             forward_of(prepared), input_kinds=kinds, options=options, name=self.name
         )
-        self._stats._add_runner(runner)
+        self._stats.record_runner(runner)
         logger.info(
             "FX graph %s: %d inputs (%d parameter, %d user) captured per graph key",
             self.name,
@@ -131,9 +131,9 @@ class BackwardCompiler:
     def _fallback(
         self, gm: torch.fx.GraphModule, reason: FallbackReason, message: str
     ) -> CompiledFn:
-        from npu_compile._pipeline import _fallback
+        from npu_compile._eager import fall_back
 
-        return _fallback(gm, self.name, reason, message, self._config, self._stats)
+        return fall_back(gm, self.name, reason, message, self._config, self._stats)
 
 
 def _boxed(fn: CompiledFn) -> CompiledFn:

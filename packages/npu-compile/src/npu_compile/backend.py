@@ -9,23 +9,18 @@ in ``_inputs``, config lowering in ``_lowering``); this module holds the backend
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
-from npu_compile import _compat, _logs, _passes
-from npu_compile._fallback import Fallback, FallbackReason
+from npu_compile import _config_checks, _logs, _passes
 from npu_compile._pipeline import compile_graph
+from npu_compile._stats import BackendStats, loaded_stats
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError
-
-if TYPE_CHECKING:
-    from npu_mempool import GraphRunner
 
 __all__ = [
     "NpuBackend",
@@ -39,95 +34,6 @@ __all__ = [
 logger = logging.getLogger("npu_compile")
 
 CompiledFn = Callable[..., Any]
-
-
-@dataclass
-class BackendStats:
-    """What one backend object did, for users and tests.
-
-    Attributes:
-        fx_graphs: FX graphs handed to the backend by Dynamo.
-        captured: FX graphs given to a graph runner (capture and replay).
-        eager: FX graphs run without capture because ``debug.run_eagerly`` is set.
-        fallbacks: A :class:`Fallback` ``(graph, message)`` for each FX graph that fell back to
-            eager, in order; it unpacks as a pair (``for graph, message in stats.fallbacks``).
-            A captured graph that runs without its static kernels (reason
-            ``static_kernel_failed``) is listed too, once.
-        fallback_reasons: The :class:`FallbackReason` of each graph in ``fallbacks``, by graph
-            name (``collections.Counter(stats.fallback_reasons.values())`` counts them per
-            reason).
-        piecewise: FX graphs captured in pieces, split around operators that run eagerly
-            (counted in ``captured`` too).
-        pieces: Pieces captured, summed over those graphs; each has a runner in ``runners``,
-            named ``<graph>.piece<i>``.
-        splits: For each graph captured in pieces, the nodes run eagerly between them and why.
-    """
-
-    fx_graphs: int = 0
-    captured: int = 0
-    eager: int = 0
-    fallbacks: list[Fallback] = field(default_factory=list)
-    fallback_reasons: dict[str, FallbackReason] = field(default_factory=dict)
-    piecewise: int = 0
-    pieces: int = 0
-    splits: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # Weak: a runner (and its graph pool) must die with the compiled code that uses it, not live
-    # on in the statistics of a long-lived backend such as the one behind backend="npu_compile".
-    _runner_refs: list[weakref.ref[GraphRunner]] = field(default_factory=list, repr=False)
-
-    @property
-    def runners(self) -> list[GraphRunner]:
-        """The graph runners created and still alive, in creation order.
-
-        Their ``counters`` hold captures, replays and pool bytes.
-        """
-        alive = (ref() for ref in self._runner_refs)
-        return [runner for runner in alive if runner is not None]
-
-    def _add_runner(self, runner: GraphRunner) -> None:
-        self._runner_refs.append(weakref.ref(runner))
-
-    def _add_fallback(self, graph: str, reason: FallbackReason, message: str) -> None:
-        self.fallbacks.append(Fallback(graph, message))
-        self.fallback_reasons[graph] = reason
-
-    def _add_split(self, graph: str, pieces: int, splits: tuple[str, ...]) -> None:
-        self.piecewise += 1
-        self.pieces += pieces
-        self.splits[graph] = splits
-
-    def snapshot(self) -> dict[str, Any]:
-        """The counts as a plain dict (``fallbacks`` as a count; the reasons stay on the object)."""
-        return {
-            "fx_graphs": self.fx_graphs,
-            "captured": self.captured,
-            "eager": self.eager,
-            "fallbacks": len(self.fallbacks),
-            "piecewise": self.piecewise,
-            "pieces": self.pieces,
-        }
-
-    @contextlib.contextmanager
-    def expect(self, **deltas: int) -> Iterator[None]:
-        """Assert how much each named count moves inside the ``with`` block.
-
-        Raises:
-            AssertionError: A count moved by another amount (all mismatches are listed).
-            TypeError: A name that is not a count.
-        """
-        unknown = sorted(set(deltas) - set(self.snapshot()))
-        if unknown:
-            raise TypeError(f"unknown count(s) {unknown}; expected some of {list(self.snapshot())}")
-        before = self.snapshot()
-        yield
-        after = self.snapshot()
-        wrong = [
-            f"{name} moved by {after[name] - before[name]}, expected {expected}"
-            for name, expected in deltas.items()
-            if after[name] - before[name] != expected
-        ]
-        if wrong:
-            raise AssertionError("backend stats: " + "; ".join(wrong))
 
 
 class NpuBackend:
@@ -156,9 +62,9 @@ class NpuBackend:
         self.config = (config or CompilerConfig()).copy()
         self.stats = BackendStats()
         self.decompositions = _passes.check_decompositions(custom_decompositions)
-        _compat.check_mode(self.config)
+        _config_checks.check_mode(self.config)
         self._warned: set[str] = set()
-        _compat.warn_no_effect(self.config, self._warned)
+        _config_checks.warn_no_effect(self.config, self._warned)
         _logs.register()
         _live_backends[id(self)] = self
 
@@ -215,7 +121,7 @@ class NpuBackend:
             )
         if options is not None:
             config = config.with_options(options)
-            _compat.warn_no_effect(config, self._warned)
+            _config_checks.warn_no_effect(config, self._warned)
         self.stats.fx_graphs += 1
         return compile_graph(gm, list(example_inputs), config, self.stats, self.decompositions)
 
@@ -263,9 +169,6 @@ _default_backend: NpuBackend | None = None
 # when a backend is made, never on the per-call path. Keyed by identity: backends with equal
 # configs compare equal, and each must count.
 _live_backends: weakref.WeakValueDictionary[int, NpuBackend] = weakref.WeakValueDictionary()
-
-#: What graphs loaded from a compile cache did: no backend object compiled them in this process.
-loaded_stats = BackendStats()
 
 
 def process_stats() -> dict[str, int]:

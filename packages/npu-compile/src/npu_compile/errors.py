@@ -18,6 +18,7 @@ __all__ = [
     "UnknownOptionError",
     "BackendError",
     "DemoMismatchError",
+    "OutputError",
     "UnsupportedApiError",
     "NoEffectWarning",
 ]
@@ -62,6 +63,16 @@ class BackendError(NpuCompileError, RuntimeError):
     def __init__(self, message: str, *, reason: FallbackReason | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class OutputError(NpuCompileError, OSError):
+    """A result file (``npu-compile bench --out``) cannot be written where it was asked for.
+
+    A full disk, no permission, or a symbolic link met below the directory named; the message
+    names the file and says what to do.
+    """
+
+    code: ClassVar[str] = "output"
 
 
 class DemoMismatchError(NpuCompileError, AssertionError):

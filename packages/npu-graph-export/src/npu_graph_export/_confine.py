@@ -9,8 +9,9 @@ error that names it, never followed. Files are written under a temporary name in
 directory and renamed into place relative to that directory's descriptor: nothing partial is
 left, and the file they replace stays intact until the rename.
 
-npu-static-kernel carries a copy of this module with the same logic (the two distributions never
-import each other); only the error classes imported below differ.
+A copy of npu-static-kernel's module of the same name (the distributions never import each
+other); only the error classes imported below differ. The repository's consistency check fails
+when it drifts.
 """
 
 from __future__ import annotations

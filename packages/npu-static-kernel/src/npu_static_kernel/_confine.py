@@ -8,8 +8,9 @@ error that names it, never followed. Files are written under a temporary name in
 directory and renamed into place relative to that directory's descriptor: nothing partial is
 left, and the file they replace stays intact until the rename.
 
-npu-graph-export carries a copy of this module with the same logic (the two distributions never
-import each other); only the error classes imported below differ.
+The source of the copies that npu-graph-export and npu-compile carry (the distributions never
+import each other); only the error classes imported below differ. The repository's consistency
+check fails when a copy drifts.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import functools
 import importlib
+import json
 import platform
 import statistics
 import time
@@ -25,9 +26,9 @@ from typing import Any, TextIO
 
 import torch
 
-from npu_compile import _device
+from npu_compile import _confine
+from npu_compile._cli import device as _device
 from npu_compile._cli.demo_model import DemoConfig, TinyDecoder
-from npu_compile._cli.files import atomic_write_json
 
 __all__ = [
     "BenchRow",
@@ -338,7 +339,10 @@ def run_all(
     print_fn(reports[1].table())
     if out_dir is not None:
         path = out_dir / f"decode_step_{device.type}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, {"reports": [r.to_json() for r in reports]})
+        document = {"reports": [r.to_json() for r in reports]}
+        text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+        _confine.write_atomic(
+            out_dir, path, text.encode(), todo="free space or choose another --out"
+        )
         print_fn(f"\nwrote {path}")
     return reports

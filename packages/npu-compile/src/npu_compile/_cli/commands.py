@@ -11,6 +11,7 @@ from pathlib import Path
 
 from npu_compile._cli.common import HelpFormatter, quiet_exit
 from npu_compile._version import __version__
+from npu_compile.errors import OutputError
 
 __all__ = ["main"]
 
@@ -59,7 +60,7 @@ def _cxx_problem() -> str | None:
 def _doctor(args: argparse.Namespace) -> int:
     import torch
 
-    from npu_compile import _device
+    from npu_compile._cli import device as _device
 
     device = _device.best_device(args.device)
     versions = _device.versions()
@@ -118,7 +119,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from npu_compile import _device
+    from npu_compile._cli import device as _device
     from npu_compile._cli.demo import run_demo
     from npu_compile._cli.demo_model import PROMPT_LENGTH, DemoConfig
 
@@ -151,7 +152,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from npu_compile import _device
+    from npu_compile._cli import device as _device
     from npu_compile._cli.bench import run_all
 
     out = None if args.no_json else Path(args.out)
@@ -165,7 +166,7 @@ def _diagnose(args: argparse.Namespace) -> int:
 
     import torch
 
-    from npu_compile import _device
+    from npu_compile._cli import device as _device
     from npu_compile._cli.demo_model import DemoConfig, TinyDecoder
     from npu_compile._cli.diagnose import diagnose, load_step
 
@@ -318,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             requested = torch.device(args.device)
         except RuntimeError:
             parser.error(f"--device {args.device!r} is not a device name; try cpu, cuda or npu")
-        from npu_compile import _device
+        from npu_compile._cli import device as _device
 
         available = _device.best_device()
         if requested.type not in {"cpu", available.type}:
@@ -328,6 +329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     try:
         return handlers[args.command](args)
+    except OutputError as error:  # refused or failed with a message that says what to do
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except OSError as error:
         if error.filename is None:
             raise

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 import torch
 
-from npu_compile import _device
+from npu_compile._cli import device as _device
 from npu_compile._cli.demo_model import PROMPT_LENGTH, DemoConfig, TinyDecoder, greedy_generate
 from npu_compile.errors import DemoMismatchError
 

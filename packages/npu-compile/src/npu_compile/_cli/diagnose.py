@@ -23,7 +23,8 @@ from typing import Any, TextIO
 
 import torch
 
-from npu_compile import _device
+from npu_compile._accel import first_tensor_device
+from npu_compile._cli import device as _device
 from npu_compile.configs.compiler_config import CompilerConfig
 
 __all__ = [
@@ -221,7 +222,7 @@ def diagnose(
             f"diagnose(fn, *inputs): fn must be the step to measure (a function or nn.Module), "
             f"got {type(fn).__name__}"
         )
-    device = _device.device_of(*inputs)
+    device = first_tensor_device(inputs)
     if isinstance(fn, torch.nn.Module) and not any(isinstance(x, torch.Tensor) for x in inputs):
         for tensor in _state_tensors(fn):
             device = tensor.device

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from npu_compile._device import device_of
+from npu_compile._accel import first_tensor_device
 
 __all__ = ["NpuGraphWrapper"]
 
@@ -162,7 +162,7 @@ class NpuGraphWrapper:
             args, kwargs = pytree.tree_unflatten(list(flat), spec)
             return runnable(*args, **kwargs)
 
-        device = device_of(*leaves)
+        device = first_tensor_device(leaves)
         # vLLM's inputs are persistent buffers: recorded by address, never copied.
         kinds = [
             InputKind.PARAMETER if isinstance(leaf, torch.Tensor) else InputKind.USER

@@ -1,4 +1,4 @@
-"""Device adapter: the only module of npu-compile that may touch ``torch_npu`` (lazily).
+"""Device adapter of the command line: the only module of npu-compile that may touch ``torch_npu``.
 
 Installing torch_npu on a machine without CANN breaks ``import torch`` itself, so nothing here
 imports it at module import time; every probe is guarded and reports "absent" instead of raising.
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
+from npu_compile._accel import current_device
+
 __all__ = [
     "best_device",
-    "device_of",
     "synchronize",
     "timed_call",
     "versions",
@@ -26,20 +27,9 @@ __all__ = [
 ]
 
 
-def _accelerator() -> torch.device | None:
-    # The current device, as every package of the stack reads it: the current accelerator at the
-    # calling thread's current index (not always the first: torch.accelerator.set_device_index).
-    if not torch.accelerator.is_available():
-        return None
-    found = torch.accelerator.current_accelerator()
-    if found is None:
-        return None
-    return torch.device(found.type, torch.accelerator.current_device_index())
-
-
 def has_accelerator() -> bool:
     """Return whether a CUDA or NPU device is usable."""
-    return _accelerator() is not None
+    return current_device() is not None
 
 
 def best_device(requested: str | None = None) -> torch.device:
@@ -55,19 +45,11 @@ def best_device(requested: str | None = None) -> torch.device:
             return device
         # An accelerator named without an index means its current device (timing events need
         # an explicit one), as it does for torch itself.
-        current = _accelerator()
+        current = current_device()
         index = current.index if current is not None and current.type == device.type else 0
         return torch.device(device.type, index)
-    found = _accelerator()
+    found = current_device()
     return found if found is not None else torch.device("cpu")
-
-
-def device_of(*values: object) -> torch.device:
-    """The device of the first tensor among ``values`` (``cpu`` when there is none)."""
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            return value.device
-    return torch.device("cpu")
 
 
 def synchronize(device: torch.device) -> None:

@@ -1,0 +1,92 @@
+"""Running a graph without capture: its bound forward, a logged fallback, static kernels lost.
+
+Every way an FX graph ends up running eagerly goes through here, so each one is logged once and
+recorded in the backend's statistics with its :class:`FallbackReason`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from npu_compile import _passes
+from npu_compile._fallback import FallbackReason
+from npu_compile._lowering import specialized_per_shape, specializer
+from npu_compile.configs.compiler_config import CompilerConfig
+from npu_compile.errors import BackendError
+
+if TYPE_CHECKING:
+    from npu_compile._stats import BackendStats
+
+__all__ = ["eager_forward", "fall_back", "forward_of", "static_kernels_lost"]
+
+logger = logging.getLogger("npu_compile")
+
+CompiledFn = Callable[..., Any]
+
+
+def forward_of(gm: torch.fx.GraphModule) -> CompiledFn:
+    """``gm.forward`` as the generated function itself.
+
+    A lazily recompiled GraphModule's ``forward`` is a stub that recompiles and then goes through
+    ``nn.Module.__call__`` on every call (several µs); compiling now binds the real code.
+    """
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    _LazyGraphModule.force_recompile(gm)
+    forward: CompiledFn = gm.forward
+    return forward
+
+
+def fall_back(
+    gm: torch.fx.GraphModule,
+    name: str,
+    reason: FallbackReason,
+    message: str,
+    config: CompilerConfig,
+    stats: BackendStats,
+) -> CompiledFn:
+    """``gm`` run eagerly, logged and recorded; raises instead under ``debug.aclgraph.strict``."""
+    if config.debug.aclgraph.strict:
+        raise BackendError(
+            f"cannot capture FX graph {name} ({reason}): {message} (debug.aclgraph.strict is "
+            "set; unset it to run such graphs eagerly)",
+            reason=reason,
+        )
+    logger.warning("FX graph %s runs eagerly (%s): %s", name, reason, message)
+    stats.record_fallback(name, reason, message)
+    return forward_of(gm)
+
+
+def static_kernels_lost(name: str, stats: BackendStats) -> Callable[[str], None]:
+    """Record, once per FX graph, that a shape of it runs without its static kernels."""
+
+    def lost(cause: str) -> None:
+        if name in stats.fallback_reasons:
+            return  # every later shape fails the same way: one entry per graph
+        reason = FallbackReason.STATIC_KERNEL_FAILED
+        message = f"a shape runs captured but without its static kernels: {cause}"
+        logger.warning("FX graph %s runs without static kernels (%s): %s", name, reason, message)
+        stats.record_fallback(name, reason, message)
+
+    return lost
+
+
+def eager_forward(
+    gm: torch.fx.GraphModule,
+    config: CompilerConfig,
+    name: str = "",
+    stats: BackendStats | None = None,
+) -> CompiledFn:
+    """The graph run without capture; with static kernels on, per shape, as documented."""
+    forward = forward_of(gm)
+    lost = static_kernels_lost(name, stats) if stats is not None else None
+    hook = specializer(config, gm, name=name, lost=lost)
+    specialize = _passes.filter_specializer(config, hook, forward)
+    if specialize is not None:
+        # The whole pipeline but the capture: static kernels included.
+        forward = specialized_per_shape(specialize, forward)
+    return forward

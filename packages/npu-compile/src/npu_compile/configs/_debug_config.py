@@ -1,0 +1,172 @@
+"""``debug``: eager runs, dumps, and the capture switches of ``debug.aclgraph``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from npu_compile._options import _Group, _Node, _Option
+from npu_compile._validators import (
+    boolean,
+    callable_or_none,
+    choice,
+    int_range,
+    optional_choice,
+    real_path,
+)
+from npu_compile.configs._effects import ASCEND, INT64_MAX, NPU_PATTERNS
+
+__all__ = [
+    "AclGraphDebugConfig",
+    "DataDumpConfig",
+    "DebugConfig",
+    "FxSummaryConfig",
+    "GraphDumpConfig",
+]
+
+
+class AclGraphDebugConfig(_Node):
+    """``debug.aclgraph``: capture and memory policies.
+
+    Attributes:
+        disable_reinplace_inplaceable_ops_pass: ``True`` keeps functional ops functional (no
+            rewrite of ``out = op(x)`` into ``op_(x)`` where ``x`` is dead afterwards).
+        disable_reinplace_input_mutated_ops_pass: ``True`` keeps "functional op + copy back into a
+            mutated input" as is instead of one in-place op on the input (KV-cache writes).
+        disable_mempool_reuse_in_same_fx: ``True`` turns off memory reuse between the graphs of
+            one FX graph (mode 2; default ``False`` = reuse on).
+        enable_output_clone: Clone outputs before returning them, so they survive later replays.
+        static_capture_size_limit: Most graphs one FX graph may capture (default 64); past it the
+            FX graph runs eagerly with one warning and its graphs are freed.
+        clone_input: Copy user inputs into graph-owned buffers with one batched copy per call
+            (mode 3; default ``True``). ``False`` captures the caller's own tensors.
+        remove_cat_ops: TorchAir rewrites ``cat`` of Ascend ops with ``out=`` variants into
+            writes into one buffer; accepted, no effect here.
+        check_output_overwrite: Debug aid: reading an output that a later replay overwrote raises
+            a clear error instead of returning wrong numbers (npu-compile extension).
+        strict: Raise instead of falling back to eager when a graph cannot be captured
+            (npu-compile extension; default ``False``: one logged reason, then eager).
+        force_recapture: npugraph_ex's ``force_recapture``; accepted, no effect here.
+        capture_error_mode: npugraph_ex's ``capture_error_mode``; accepted, no effect here (the
+            runner captures in ``"thread_local"`` mode).
+    """
+
+    disable_reinplace_inplaceable_ops_pass = _Option(
+        False, boolean, "no reinplacing of functional ops"
+    )
+    disable_reinplace_input_mutated_ops_pass = _Option(
+        False, boolean, "no reinplacing of copies back into mutated inputs"
+    )
+    disable_mempool_reuse_in_same_fx = _Option(False, boolean, "no pool reuse inside one FX graph")
+    enable_output_clone = _Option(False, boolean, "clone outputs before return")
+    static_capture_size_limit = _Option(64, int_range(1, INT64_MAX), "max graphs per FX graph")
+    clone_input = _Option(True, boolean, "copy user inputs into graph buffers")
+    remove_cat_ops = _Option(True, boolean, "rewrite cat of out= ops", effect=NPU_PATTERNS)
+    check_output_overwrite = _Option(False, boolean, "detect reads of overwritten outputs")
+    strict = _Option(False, boolean, "raise instead of falling back to eager")
+    force_recapture = _Option(
+        False,
+        boolean,
+        "recapture on every call",
+        effect="the graph runner keeps one capture per graph key; run with debug.run_eagerly "
+        "to compare against uncaptured execution instead",
+    )
+    capture_error_mode = _Option(
+        "global",
+        choice("global", "thread_local", "relaxed"),
+        "capture error mode",
+        effect="the graph runner always captures in 'thread_local' mode",
+    )
+
+
+class _DumpBase(_Node):
+    # TorchAir keeps the folder in `_path` (with `path` as its property); scripts use either.
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__("path" if name == "_path" else name, value)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "_path":
+            return object.__getattribute__(self, "__dict__").get("path")
+        return super().__getattribute__(name)
+
+    def full_path(self, name: str) -> str | None:
+        """Where a dump named ``name`` goes (TorchAir's naming), or ``None`` when off."""
+        import os
+        from datetime import UTC, datetime
+
+        kind = self.__dict__["type"]
+        if kind is None:
+            return None
+        folder = self.__dict__.get("path") or "."
+        stamp = datetime.now(tz=UTC).strftime("%Y%m%d%H%M%S%f")
+        return os.path.join(folder, f"{name}_rank_0_pid_{os.getpid()}_ts_{stamp}.{kind}")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a dump type is set."""
+        return self.__dict__["type"] is not None
+
+
+class GraphDumpConfig(_DumpBase):
+    """``debug.graph_dump``: write each compiled graph to a file.
+
+    Attributes:
+        type: ``"py"`` (the graph's Python code) or ``"txt"`` (its node listing): written for
+            every FX graph after the passes; ``"pbtxt"`` is GE's format (no effect here).
+        path: Folder of the dumps (default: current directory).
+    """
+
+    type = _Option[str | None](None, optional_choice("txt", "pbtxt", "py"), "graph dump format")
+    path = _Option[str | None](None, real_path, "graph dump folder")
+
+
+class DataDumpConfig(_DumpBase):
+    """``debug.data_dump``: run graphs eagerly and save every operator's inputs and outputs.
+
+    Attributes:
+        type: ``"npy"`` turns the dump on: graphs are not captured, and each call writes one
+            ``.npy`` per operator input and output under
+            ``<path>/worldsize1_global_rank0/<graph>/<call>/``.
+        path: Folder of the dumps (default: current directory).
+        filter: ``fn(node) -> node or None``; only the FX nodes it returns are dumped.
+    """
+
+    type = _Option[str | None](None, optional_choice("npy"), "eager data dump")
+    path = _Option[str | None](None, real_path, "data dump folder")
+    filter = _Option[object](None, callable_or_none, "data dump filter")
+
+
+class FxSummaryConfig(_DumpBase):
+    """``debug.fx_summary``: the operator statistics of each FX graph, as CSV.
+
+    Attributes:
+        type: ``"csv"`` writes one file per FX graph (AOT's graph after the passes): a row per
+            operator with its count and the input dtypes and shapes of its first use.
+        skip_compile: Then run the graph eagerly instead of capturing it (TorchAir skips GE's
+            compilation after the summary).
+        path: Folder of the summaries (default: current directory; also ``_path``).
+    """
+
+    type = _Option[str | None](None, optional_choice("csv"), "fx summary")
+    skip_compile = _Option(True, boolean, "skip compilation after the summary")
+    path = _Option[str | None](None, real_path, "fx summary folder")
+
+
+class DebugConfig(_Node):
+    """``debug``: debugging switches.
+
+    Attributes:
+        graph_dump: :class:`GraphDumpConfig`.
+        data_dump: :class:`DataDumpConfig`.
+        fx_summary: :class:`FxSummaryConfig`.
+        run_eagerly: Run the whole reduce-overhead pipeline (AOT graph, stream pass, static
+            kernels) but call the graph directly instead of capturing and replaying it.
+        aclgraph: Capture and memory policies (:class:`AclGraphDebugConfig`).
+        deadlock_check: TorchAir's device deadlock watchdog; accepted, no effect here.
+    """
+
+    graph_dump = _Group(GraphDumpConfig)
+    data_dump = _Group(DataDumpConfig)
+    fx_summary = _Group(FxSummaryConfig)
+    run_eagerly = _Option(False, boolean, "run the pipeline without capture")
+    aclgraph = _Group(AclGraphDebugConfig)
+    deadlock_check = _Option(False, boolean, "deadlock check", effect=ASCEND)
