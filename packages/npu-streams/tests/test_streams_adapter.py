@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 import torch
-from npu_streams import _device
+from npu_streams import _accel, _device
 
 
 @pytest.mark.skipif(torch.accelerator.is_available(), reason="checks the no-accelerator answers")
 def test_cpu_has_no_active_device_and_cpu_tensors_no_stream_device() -> None:
-    assert _device.active_device() is None
+    assert _accel.current_device() is None
     assert _device.tensor_device(torch.ones(1)) is None
     assert _device.tensor_device(torch.empty(1, device="meta")) is None
 

@@ -1,9 +1,10 @@
 """Device adapter: the only module that talks to device-specific stream and event APIs.
 
 Everything else in the package works with ``torch.device``, ``torch.Stream`` and ``torch.Event``.
-This module answers "which accelerator is current", creates streams (with a priority where the
-device supports one) and events, and switches the current stream. ``torch_npu`` is imported only
-lazily, inside functions, because installing it on a machine without CANN breaks ``import torch``.
+This module creates streams (with a priority where the device supports one) and events, and
+switches the current stream; ``_accel`` answers "which accelerator is current". ``torch_npu`` is
+imported only lazily, inside functions, because installing it on a machine without CANN breaks
+``import torch``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import torch
 
 __all__ = [
-    "active_device",
     "tensor_device",
     "current_stream",
     "set_stream",
@@ -19,14 +19,6 @@ __all__ = [
     "new_event",
     "record_stream",
 ]
-
-
-def active_device() -> torch.device | None:
-    """The current accelerator device (with its index), or ``None`` when there is none (CPU)."""
-    accelerator = torch.accelerator.current_accelerator(check_available=True)
-    if accelerator is None:
-        return None
-    return torch.device(accelerator.type, torch.accelerator.current_device_index())
 
 
 def tensor_device(tensor: torch.Tensor) -> torch.device | None:

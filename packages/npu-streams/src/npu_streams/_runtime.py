@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from npu_streams import _device
+from npu_streams._accel import current_device
 from npu_streams.errors import EventTagError, StreamScopeError, StreamTagError
 
 __all__ = [
@@ -196,7 +197,7 @@ def reset_events() -> None:
 def event_record(tag: str) -> None:
     """Record the event tagged ``tag`` on the current stream."""
     event = lookup_event(tag, "record")
-    device = _device.active_device()
+    device = current_device()
     if device is not None:
         event.device_event(device).record(_device.current_stream(device))
 
@@ -204,7 +205,7 @@ def event_record(tag: str) -> None:
 def event_wait(tag: str) -> None:
     """Make the current stream wait for the last record of the event tagged ``tag``."""
     event = lookup_event(tag, "wait on")
-    device = _device.active_device()
+    device = current_device()
     if device is not None:
         event.device_event(device).wait(_device.current_stream(device))
 
@@ -219,14 +220,14 @@ def _internal_event(device: torch.device, tag: str) -> torch.Event:
 
 def internal_record(tag: str) -> None:
     """Record the fork/join event ``tag`` (inserted by the capture pass) on the current stream."""
-    device = _device.active_device()
+    device = current_device()
     if device is not None:
         _internal_event(device, tag).record(_device.current_stream(device))
 
 
 def internal_wait(tag: str) -> None:
     """Make the current stream wait for the fork/join event ``tag``."""
-    device = _device.active_device()
+    device = current_device()
     if device is not None:
         _internal_event(device, tag).wait(_device.current_stream(device))
 
@@ -286,7 +287,7 @@ def current_tag() -> str:
 
 def stream_enter(tag: str, priority: int) -> None:
     """Open a scope: push it and, on an accelerator, make the tagged stream current."""
-    device = _device.active_device()
+    device = current_device()
     if device is None:
         check_cpu_priority(tag, priority)
         _state.frames.append(_Frame(tag, None))
@@ -318,7 +319,7 @@ def wait_for_streams() -> None:
     a tensor is not known, so every tagged stream of the device (and the main stream) is waited
     for. Inside a compiled graph the pass waits for the producers' streams only.
     """
-    device = _device.active_device()
+    device = current_device()
     if device is None:
         return
     current = _device.current_stream(device)
@@ -338,7 +339,7 @@ def record_tagged_stream(tensor: torch.Tensor, tag: str) -> None:
     device = _device.tensor_device(tensor)
     if device is not None:
         _device.record_stream(tensor, stream_for_tag(device, tag))
-    elif _device.active_device() is None and tag != DEFAULT_TAG:
+    elif current_device() is None and tag != DEFAULT_TAG:
         # On a device this creates the tagged stream with priority 0 if it does not exist yet;
         # the CPU keeps the same priority for the tag, so later scopes follow the same rule.
         with _lock:
