@@ -40,7 +40,7 @@ class FakeEvent:
 
 @dataclass
 class FakeDevice:
-    """Stands in for the `_device` adapter: one accelerator whose calls are logged in order."""
+    """Stands in for `_device` and `_accel`: one accelerator whose calls are logged in order."""
 
     device: torch.device = field(default_factory=lambda: torch.device("cuda", 0))
     log: list[tuple[str, ...]] = field(default_factory=list)
@@ -48,7 +48,7 @@ class FakeDevice:
     streams: list[FakeStream] = field(default_factory=list)
     events: int = 0
 
-    def active_device(self) -> torch.device:
+    def current_device(self) -> torch.device:
         return self.device
 
     def tensor_device(self, tensor: torch.Tensor) -> torch.device:
@@ -79,6 +79,7 @@ class FakeDevice:
 def fake_device(monkeypatch: pytest.MonkeyPatch) -> FakeDevice:
     fake = FakeDevice()
     monkeypatch.setattr(_runtime, "_device", fake)
+    monkeypatch.setattr(_runtime, "current_device", fake.current_device)
     monkeypatch.setattr(_runtime, "_streams", {})
     monkeypatch.setattr(_runtime, "_internal_events", {})
     return fake
