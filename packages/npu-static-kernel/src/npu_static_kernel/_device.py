@@ -19,6 +19,17 @@ def device_type_of(args: Iterable[Any]) -> str:
     return "cpu"
 
 
+def binds_device_index(device_type: str) -> bool:
+    """Whether an artifact for ``device_type`` is bound to the device index it was built on.
+
+    Inductor's generated code pins the index it compiled for (``_DeviceGuard(0)``, outputs
+    allocated on that device), so ``cuda:1`` must never load a ``cuda:0`` artifact: the index is
+    part of the key and every process builds or loads its own. CPU code has no index; Ascend
+    kernels are installed node-wide and aclnn selects them on any device of the node.
+    """
+    return device_type not in ("cpu", "npu", "meta")
+
+
 def device_fingerprint(device_type: str) -> str:
     """Describe the device model so an artifact built for one chip is never loaded on another."""
     if device_type == "cuda" and torch.cuda.is_available():
