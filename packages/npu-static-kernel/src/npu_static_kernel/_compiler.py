@@ -1,6 +1,6 @@
 """StaticKernelCompiler: record, build or load, install, per new graph key.
 
-The steps live here; what they use lives beside it: :mod:`._options` (the fallback directory),
+The steps live here; what they use lives beside it: :mod:`._options` (the frozen options),
 :mod:`._keys` (cache keys), :mod:`._inputs` (argument descriptions and protected copies),
 :mod:`._threads` (the compile lock and the build thread), :mod:`._counters`, and the generic
 :mod:`._cache`.
@@ -25,7 +25,7 @@ from npu_static_kernel._distributed import NodeRole, node_role
 from npu_static_kernel._inputs import describe, protected_args
 from npu_static_kernel._interface import BuildRequest, StaticKernelBuilder, path_of
 from npu_static_kernel._keys import compute_key
-from npu_static_kernel._options import FALLBACK_DIR_ENV, default_fallback_dir
+from npu_static_kernel._options import FALLBACK_DIR_ENV, StaticKernelOptions, default_fallback_dir
 from npu_static_kernel._reasons import first_error_line
 from npu_static_kernel._record import OpStatistics, record_op_statistics
 from npu_static_kernel._threads import compile_lock, in_fresh_thread
@@ -33,6 +33,7 @@ from npu_static_kernel.errors import (
     BuildError,
     CacheError,
     CacheFallbackWarning,
+    ConfigError,
     NpuStaticKernelError,
     StaticKernelFallbackWarning,
 )
@@ -89,8 +90,18 @@ class StaticKernelCompiler:
             on ``cuda``/``cpu`` (chosen from the first tensor argument).
         strict: Raise build errors, and a bad ``LOCAL_WORLD_SIZE``, instead of warning once
             and running the graph unchanged.
+        options: The same three settings as one :class:`StaticKernelOptions`, instead of
+            ``build_dir``, ``strict`` and ``fallback_dir``.
+
+    Raises:
+        ConfigError: A setting is invalid (see :class:`StaticKernelOptions`), ``options`` is
+            not a :class:`StaticKernelOptions`, or it is given together with ``build_dir``,
+            ``strict`` or ``fallback_dir``.
 
     Attributes:
+        options: The checked settings (:class:`StaticKernelOptions`), frozen.
+        build_dir: ``options.build_dir`` made absolute (the current directory when ``None``).
+        strict: ``options.strict``.
         counters: What this compiler did (:class:`StaticKernelCounters`).
         last_statistics: The op statistics of the latest recording.
         last_fallback_reason: One line saying why the latest graph key runs without static
@@ -120,13 +131,26 @@ class StaticKernelCompiler:
         builder: StaticKernelBuilder | None = None,
         strict: bool = False,
         fallback_dir: str | os.PathLike[str] | None = None,
+        options: StaticKernelOptions | None = None,
     ) -> None:
-        self.build_dir = path_of(build_dir).absolute()
+        if options is None:
+            options = StaticKernelOptions(build_dir, strict, fallback_dir)
+        elif not isinstance(options, StaticKernelOptions):
+            raise ConfigError(
+                f"options must be a StaticKernelOptions, got {type(options).__name__}"
+            )
+        elif build_dir is not None or strict is not False or fallback_dir is not None:
+            raise ConfigError(
+                "options= was given together with build_dir, strict or fallback_dir; set them "
+                "in the StaticKernelOptions instead"
+            )
+        self.options = options
+        self.build_dir = path_of(options.build_dir).absolute()
         self.builder = builder
-        self.strict = strict
+        self.strict = options.strict
         self.cache = ArtifactCache(self.build_dir)
         self._fallback_dir = (
-            path_of(fallback_dir, "fallback_dir").absolute() if fallback_dir is not None else None
+            Path(options.fallback_dir).absolute() if options.fallback_dir is not None else None
         )
         # Decided on first use: where statistics and new artifacts go, and the caches searched.
         self._write_dir: Path | None = None
