@@ -322,11 +322,11 @@ def test_key_includes_the_device_index_on_cuda() -> None:
 def test_per_device_follower_builds_its_own_artifact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from npu_static_kernel import _compiler
+    from npu_static_kernel import _device
 
     _fake_distributed(monkeypatch, rank=5, world=8)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    monkeypatch.setattr(_compiler, "_per_device", lambda device_type: True)  # as on CUDA
+    monkeypatch.setattr(_device, "binds_device_index", lambda device_type: True)  # as on CUDA
     builder = FileBuilder()
     follower = StaticKernelCompiler(tmp_path, builder=builder, strict=True)
     follower.compile_static(GM, [torch.ones(3), 2])

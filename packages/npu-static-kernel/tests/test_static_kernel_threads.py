@@ -63,12 +63,12 @@ def test_build_and_load_exclude_dynamo_compiles(tmp_path: Path) -> None:
 
 
 def test_a_torch_without_dynamos_lock_gets_a_lock_of_ours(monkeypatch: pytest.MonkeyPatch) -> None:
-    from npu_static_kernel import _compiler
+    from npu_static_kernel import _threads
     from torch._dynamo import convert_frame
 
-    assert _compiler._compile_lock() is compile_lock
+    assert _threads.compile_lock() is compile_lock
     monkeypatch.delattr(convert_frame, "compile_lock")
-    lock = _compiler._compile_lock()
-    assert lock is _compiler._own_compile_lock
+    lock = _threads.compile_lock()
+    assert lock is _threads._own_compile_lock
     with lock, lock:  # usable, and re-entrant: a load may rebuild while holding it
         assert _taken_elsewhere() is False  # a lock of ours, not Dynamo's

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 from npu_static_kernel._cache import ArtifactCache, CacheEntry
 from npu_static_kernel._cann_names import cann_op_type
-from npu_static_kernel._compiler import (
-    FALLBACK_DIR_ENV,
-    StaticKernelCompiler,
-    StaticKernelCounters,
-    compute_key,
-    default_builder,
-    default_fallback_dir,
-)
+from npu_static_kernel._compiler import StaticKernelCompiler, default_builder
+from npu_static_kernel._counters import StaticKernelCounters
+from npu_static_kernel._keys import compute_key
+from npu_static_kernel._options import FALLBACK_DIR_ENV, StaticKernelOptions, default_fallback_dir
 from npu_static_kernel._record import (
     OpRecord,
     OpStatistics,
@@ -46,6 +42,7 @@ __all__ = [
     "__version__",
     # compile per graph key
     "StaticKernelCompiler",
+    "StaticKernelOptions",
     "StaticKernelCounters",
     "compute_key",
     "default_fallback_dir",

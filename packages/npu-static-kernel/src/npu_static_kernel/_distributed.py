@@ -11,13 +11,14 @@ from __future__ import annotations
 import datetime
 import os
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from npu_static_kernel.errors import ConfigError
+from npu_static_kernel.errors import ConfigError, StaticKernelDisabledWarning
 
-__all__ = ["NodeRole", "resolve_node_role", "take_disabled_warning"]
+__all__ = ["NodeRole", "node_role", "resolve_node_role", "take_disabled_warning"]
 
 # How long followers wait at the barrier for their node's build (CANN builds take minutes).
 BUILD_TIMEOUT = datetime.timedelta(minutes=30)
@@ -119,6 +120,38 @@ def take_disabled_warning() -> bool:
             return False
         _resolved.warned = True
         return True
+
+
+def node_role(strict: bool) -> NodeRole | None:
+    """This process's node role, or None (with one warning per job) when static kernels are off.
+
+    Meant to be called from ``StaticKernelCompiler.compile_static``: the warnings point at its
+    caller.
+
+    Raises:
+        ConfigError: With ``strict``, when ``LOCAL_WORLD_SIZE`` is invalid.
+    """
+    try:
+        role = resolve_node_role()
+    except ConfigError as error:
+        if strict:
+            raise
+        # Every rank reads the same environment, so every rank turns static kernels off
+        # here and none is left waiting at a node barrier.
+        if take_disabled_warning():
+            warnings.warn(
+                f"static kernels are off: {error}", StaticKernelDisabledWarning, stacklevel=3
+            )
+        return None
+    if role is None and take_disabled_warning():
+        warnings.warn(
+            "static kernels are off: torch.distributed runs several processes but "
+            "LOCAL_WORLD_SIZE is not set, so processes sharing a node cannot agree on "
+            "who installs kernels; export LOCAL_WORLD_SIZE=<processes per node>",
+            StaticKernelDisabledWarning,
+            stacklevel=3,
+        )
+    return role
 
 
 def _forget() -> None:

@@ -113,7 +113,7 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch._dynamo.convert_frame.compile_lock",
         "Dynamo",
-        "_compiler.py builds under the lock Dynamo compiles under (tracing is process-wide)",
+        "_threads.py builds under the lock Dynamo compiles under (tracing is process-wide)",
         optional="a build in one thread may trace while Dynamo compiles in another",
     ),
     PrivateApi(
