@@ -23,12 +23,12 @@ from npu_mempool._counters import Counters, register
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._paths import CallPath, CallPaths
-from npu_mempool._policy import CHURN_LIMIT, Action, CapturePolicy, Decision
+from npu_mempool._policy import Action, CapturePolicy, Decision
 from npu_mempool._pool import PoolHandle, state_of
 from npu_mempool._trace import log, profiled, report_capture
 from npu_mempool.errors import CaptureError, ConfigError, InputLayoutError
 
-__all__ = ["CHURN_LIMIT", "GraphRunner"]
+__all__ = ["GraphRunner"]
 
 _LAYOUT_ERRORS = (AttributeError, IndexError, TypeError)
 
