@@ -316,6 +316,12 @@ def test_options_error_is_a_deprecated_alias_that_still_catches() -> None:
         CaptureOptions(capture_limit=0)
 
 
+def test_a_bad_option_has_the_config_code_of_every_npu_package() -> None:
+    with pytest.raises(ConfigError) as caught:
+        CaptureOptions(capture_limit=0)
+    assert caught.value.code == "config"
+
+
 def test_options_are_validated() -> None:
     with pytest.raises(ConfigError, match="capture_limit"):
         CaptureOptions(capture_limit=0)
