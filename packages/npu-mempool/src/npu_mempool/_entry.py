@@ -73,6 +73,7 @@ class Entry:
         self.coexists = coexists
         self.graph = graph
         self.pool = pool
+        # The pool's bookkeeping: this graph records its lent outputs there on every hand-out.
         self.state: PoolState = state_of(pool)
         # Addresses of the watched inputs (MUTATED, and PARAMETER unless frozen) at capture.
         self.ptrs = ptrs
