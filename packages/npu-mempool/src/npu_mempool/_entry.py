@@ -33,7 +33,7 @@ class Entry:
         "_handed",
         "_in_pool",
         "_leaves",
-        "_ref",
+        "_lend",
         "_shape",
         "_user",
         "_uses",
@@ -102,7 +102,7 @@ class Entry:
         # The outputs handed out (weakly) with the step they were handed out in: after a step
         # boundary they may be taken back (see _steps).
         self._handed: list[tuple[weakref.ref[torch.Tensor], StepToken]] = []
-        self._ref = weakref.ref(self)
+        self._lend = self.state.lending(self)
 
     def in_use(self) -> bool:
         """Whether an output this graph handed out (or a view of one) is still alive."""
@@ -145,7 +145,7 @@ class Entry:
                 handed.append((weakref.ref(out), token))
             self._handed = handed
             # The pool must know: its other graphs may not write this memory while it is used.
-            self.state.lend(self, self._ref)
+            self._lend()
         return self._shape.build(leaves)
 
     def release_stale(self) -> bool:

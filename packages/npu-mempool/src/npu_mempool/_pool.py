@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import mmap
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import torch
@@ -169,9 +170,13 @@ class PoolState:
 
     # -- outputs lent out ----------------------------------------------------------------------
 
-    def lend(self, lender: Lender, ref: weakref.ref[Any]) -> None:
-        """Record that ``lender`` (``ref`` refers to it) handed outputs out of this pool."""
-        self._lent[id(lender)] = ref
+    def lending(self, lender: Lender) -> Callable[[], None]:
+        """A function that records ``lender`` as having handed outputs out of this pool.
+
+        Called on every hand-out, so it is made once per graph and costs one C call (the
+        lender is held weakly: the record must not keep a freed graph alive).
+        """
+        return functools.partial(self._lent.__setitem__, id(lender), weakref.ref(lender))
 
     def forget(self, lender: Lender) -> None:
         """Stop tracking ``lender`` (it is being freed)."""
