@@ -6,12 +6,16 @@ import contextlib
 import subprocess
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import torch
-from npu_mempool import CaptureOptions, GraphRunner, InputKind, _devices, _runner
+from npu_mempool import CaptureOptions, GraphRunner, InputKind, _devices
+from npu_mempool._devices import emulated
+from npu_mempool._pool import state_of
+
+Route = Callable[[_devices.GraphBackend], None]
 
 
 class FakeGraph:
@@ -88,21 +92,31 @@ class FakeTorchNpu:
 
 
 @pytest.fixture
-def fake_npu(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTorchNpu]:
+def route_cpu() -> Iterator[Route]:
+    """Registers a backend for ``cpu`` (CPU tensors drive the adapter under test); undone after."""
+
+    def route(backend: _devices.GraphBackend) -> None:
+        _devices.register(_devices.DeviceType("cpu", lambda: backend), replace=True)
+
+    yield route
+    _devices.register(emulated.DEVICE, replace=True)
+
+
+@pytest.fixture
+def fake_npu(monkeypatch: pytest.MonkeyPatch, route_cpu: Route) -> Iterator[FakeTorchNpu]:
     fake = FakeTorchNpu()
     monkeypatch.setitem(sys.modules, "torch_npu", fake.module)
-    _devices.backend_for.cache_clear()
-    backend = _devices.backend_for("npu")
+    _devices.forget_backends()
     # Drive CPU tensors through the NPU adapter: only the adapter's calls are under test.
-    monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
+    route_cpu(_devices.backend_for("npu"))
     yield fake
-    _devices.backend_for.cache_clear()
+    _devices.forget_backends()
 
 
 def test_npu_without_accelerator_graph_uses_npugraph(fake_npu: FakeTorchNpu) -> None:
     assert _devices.graph_implementation("npu") == "torch_npu.npu.NPUGraph"
     handle = _devices.backend_for("npu").new_pool(torch.device("cpu"))
-    assert handle._native == (7, 0)
+    assert state_of(handle).native == (7, 0)
     assert fake_npu.calls("graph_pool_handle") == [("graph_pool_handle",)]
 
 
@@ -298,10 +312,12 @@ class FakeCudaGraphApi:
 
 
 @pytest.mark.parametrize("accelerator_graph", [True, False])
-def test_cuda_adapter_contract(monkeypatch: pytest.MonkeyPatch, accelerator_graph: bool) -> None:
+def test_cuda_adapter_contract(
+    monkeypatch: pytest.MonkeyPatch, route_cpu: Route, accelerator_graph: bool
+) -> None:
     api = FakeCudaGraphApi(monkeypatch)
     backend = _devices.DeviceBackend(_devices.Cuda(), accelerator_graph=accelerator_graph)
-    monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
+    route_cpu(backend)
     expected = "torch.accelerator.Graph" if accelerator_graph else "torch.cuda.CUDAGraph"
     assert backend.name == expected
 
@@ -327,17 +343,17 @@ def test_cuda_adapter_contract(monkeypatch: pytest.MonkeyPatch, accelerator_grap
 def test_cuda_picks_accelerator_graph_only_where_torch_has_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _devices.backend_for.cache_clear()
+    _devices.forget_backends()
     try:
         has_it = hasattr(torch.accelerator, "Graph")
         assert _devices.has_accelerator_graph() is has_it
         expected = "torch.accelerator.Graph" if has_it else "torch.cuda.CUDAGraph"
         assert _devices.graph_implementation("cuda") == expected
-        _devices.backend_for.cache_clear()
+        _devices.forget_backends()
         monkeypatch.delattr(torch.accelerator, "Graph", raising=False)
         assert _devices.graph_implementation("cuda:0") == "torch.cuda.CUDAGraph"
     finally:
-        _devices.backend_for.cache_clear()
+        _devices.forget_backends()
 
 
 def test_the_empty_checkpoint_capture_does_not_warn(
@@ -413,7 +429,7 @@ def test_cuda_drops_the_cublas_workspaces(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_a_failed_cuda_capture_restores_the_stream_and_leaves_its_pool(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, route_cpu: Route
 ) -> None:
     api = FakeCudaGraphApi(monkeypatch)
     handles = iter([(3, 1), (3, 2)])
@@ -423,7 +439,7 @@ def test_a_failed_cuda_capture_restores_the_stream_and_leaves_its_pool(
             torch._C, hook, lambda i, p, hook=hook: api.log.append((hook, p)), raising=False
         )
     backend = _devices.DeviceBackend(_devices.Cuda(), accelerator_graph=False)
-    monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
+    route_cpu(backend)
 
     def fn(x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 8:
@@ -442,11 +458,11 @@ def test_a_failed_cuda_capture_restores_the_stream_and_leaves_its_pool(
 
 
 def test_empty_and_host_outputs_are_not_pool_memory_for_the_rewind_check(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, route_cpu: Route
 ) -> None:
     api = FakeCudaGraphApi(monkeypatch)
     backend = _devices.DeviceBackend(_devices.Cuda(), accelerator_graph=False)
-    monkeypatch.setattr(_runner, "backend_for", lambda device_type: backend)
+    route_cpu(backend)
     # Tensors stand in for CUDA ones here: mark the pool as a CPU one so the device check passes.
     monkeypatch.setattr(
         backend, "new_pool", lambda device: _devices.PoolHandle(torch.device("cpu"), (3, 1))

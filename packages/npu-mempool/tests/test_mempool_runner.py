@@ -17,6 +17,7 @@ from npu_mempool import (
     InputKind,
     InputLayoutError,
 )
+from npu_mempool._policy import CHURN_LIMIT
 
 P, M, U = InputKind.PARAMETER, InputKind.MUTATED, InputKind.USER
 
@@ -315,6 +316,12 @@ def test_options_error_is_a_deprecated_alias_that_still_catches() -> None:
         CaptureOptions(capture_limit=0)
 
 
+def test_a_bad_option_has_the_config_code_of_every_npu_package() -> None:
+    with pytest.raises(ConfigError) as caught:
+        CaptureOptions(capture_limit=0)
+    assert caught.value.code == "config"
+
+
 def test_options_are_validated() -> None:
     with pytest.raises(ConfigError, match="capture_limit"):
         CaptureOptions(capture_limit=0)
@@ -570,9 +577,9 @@ def test_a_value_that_changes_every_call_stops_capturing_with_one_warning() -> N
     assert len(record) == 1
     for step, (x, out) in enumerate(zip(xs, outs, strict=True)):
         torch.testing.assert_close(out, x + step)
-    assert runner.counters.captures == npu_mempool._runner.CHURN_LIMIT
+    assert runner.counters.captures == CHURN_LIMIT
     assert runner.num_graphs == 0
-    assert runner.counters.eager_calls == 20 - npu_mempool._runner.CHURN_LIMIT
+    assert runner.counters.eager_calls == 20 - CHURN_LIMIT
 
 
 def test_values_that_repeat_are_not_churn() -> None:

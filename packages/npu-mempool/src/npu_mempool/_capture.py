@@ -8,11 +8,11 @@ from typing import Any
 import torch
 
 from npu_mempool._devices import GraphBackend
-from npu_mempool._entry import Entry, live_lenders, storage_ref
+from npu_mempool._entry import Entry, storage_ref
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions
 from npu_mempool._outputs import Output
-from npu_mempool._pool import PoolHandle
+from npu_mempool._pool import PoolHandle, state_of
 
 __all__ = ["capture"]
 
@@ -43,7 +43,8 @@ def capture(
             recorded as pool-owned so a device rewind can neutralise them.
         name: The runner's name, for messages.
     """
-    coexists = live_lenders(pool)  # before the capture allocates anything
+    state = state_of(pool)
+    coexists = state.live_lenders()  # before the capture allocates anything
     static_args: list[Any] = list(args)
     structure: list[Output] = []
     watched = set(layout.watched)
@@ -87,8 +88,8 @@ def capture(
         for leaf in static_leaves
     ]
     if rewinds:
-        pool._owned.extend(t for t, mine in zip(static_leaves, owned, strict=True) if mine)
-        pool._owned.extend(static_args[i] for i in layout.user if static_args[i] is not args[i])
+        state.own(t for t, mine in zip(static_leaves, owned, strict=True) if mine)
+        state.own(static_args[i] for i in layout.user if static_args[i] is not args[i])
     # An output that is a MUTATED input (or a view of it) keeps that tensor alive through the
     # runner, so its liveness says nothing: such a graph is replaced, never kept.
     mutated = {args[i].untyped_storage()._cdata for i in layout.mutated}

@@ -11,7 +11,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from npu_mempool._devices import Graph
 from npu_mempool._outputs import Output, storage_uses
-from npu_mempool._pool import PoolHandle
+from npu_mempool._pool import PoolHandle, PoolState, state_of
 from npu_mempool._steps import StepToken, poison, step_ended, step_token
 from npu_mempool._trace import profiled, profiling
 
@@ -28,21 +28,22 @@ class Entry:
     __slots__ = (
         "__weakref__",
         "_clone_output",
-        "_coexists",
         "_copy",
         "_dst",
         "_handed",
+        "_in_pool",
         "_leaves",
-        "_owned_at",
-        "_ref",
+        "_lend",
         "_shape",
         "_user",
         "_uses",
+        "coexists",
         "graph",
         "key",
         "name",
         "pool",
         "ptrs",
+        "state",
         "storages",
     )
 
@@ -69,9 +70,11 @@ class Entry:
         # Graphs of the pool whose outputs were alive while this one was captured: its memory
         # cannot overlap those outputs, so it may replay while they are still in use (the pieces
         # of one split graph, each fed by the one before, or two runners sharing a pool in turn).
-        self._coexists = coexists
+        self.coexists = coexists
         self.graph = graph
         self.pool = pool
+        # The pool's bookkeeping: this graph records its lent outputs there on every hand-out.
+        self.state: PoolState = state_of(pool)
         # Addresses of the watched inputs (MUTATED, and PARAMETER unless frozen) at capture.
         self.ptrs = ptrs
         # The storages of the MUTATED inputs at capture, held weakly: while they all live, the
@@ -86,7 +89,7 @@ class Entry:
         self._shape = shape
         self._leaves = leaves
         # Positions of the outputs in pool memory: the ones handed out as views (or clones).
-        self._owned_at = tuple(i for i, mine in enumerate(owned) if mine)
+        self._in_pool = tuple(i for i, mine in enumerate(owned) if mine)
         self._clone_output = clone_output
         # What the runner itself holds of each pool-owned output storage: more uses than these
         # mean a handed-out output (or a view of one) is alive.
@@ -99,7 +102,7 @@ class Entry:
         # The outputs handed out (weakly) with the step they were handed out in: after a step
         # boundary they may be taken back (see _steps).
         self._handed: list[tuple[weakref.ref[torch.Tensor], StepToken]] = []
-        self._ref = weakref.ref(self)
+        self._lend = self.state.lending(self)
 
     def in_use(self) -> bool:
         """Whether an output this graph handed out (or a view of one) is still alive."""
@@ -126,23 +129,23 @@ class Entry:
 
     def hand_out(self) -> Any:
         """The outputs of the last replay, as the callable returned them."""
-        if not self._owned_at:
+        if not self._in_pool:
             return self._shape.build(self._leaves)
         leaves = list(self._leaves)
         if self._clone_output:
-            for i in self._owned_at:
+            for i in self._in_pool:
                 leaves[i] = leaves[i].clone()
         else:
             # A graph replays only when its memory is free, so every output handed out before
             # is dead (or was taken back): the list starts again.
             token = step_token()
             handed = []
-            for i in self._owned_at:
+            for i in self._in_pool:
                 leaves[i] = out = leaves[i].detach()
                 handed.append((weakref.ref(out), token))
             self._handed = handed
             # The pool must know: its other graphs may not write this memory while it is used.
-            self.pool._lent[id(self)] = self._ref
+            self._lend()
         return self._shape.build(leaves)
 
     def release_stale(self) -> bool:
@@ -186,7 +189,7 @@ class Entry:
 
     def discard(self) -> None:
         """Free the graph, and its pool memory unless a handed-out output still uses it."""
-        self.pool._lent.pop(id(self), None)
+        self.state.forget(self)
         if not self.in_use():
             self.graph.reset()
         # else: the memory stays with the outputs that use it (a device tensor keeps its
@@ -196,36 +199,6 @@ class Entry:
 def storage_ref(tensor: torch.Tensor) -> StorageWeakRef:
     """A weak reference to the tensor's storage (alive as long as any view of it is)."""
     return StorageWeakRef(tensor.untyped_storage())  # type: ignore[no-untyped-call]
-
-
-def pool_in_use(pool: PoolHandle, but: Entry | None = None) -> bool:
-    """Whether outputs handed out by graphs of ``pool`` (other than ``but``) are still alive.
-
-    Graphs found idle are forgotten, so the check costs one look per graph still lent out.
-    """
-    lent = pool._lent
-    if not lent or (but is not None and len(lent) == 1 and id(but) in lent):
-        return False  # nothing lent, or only the graph the caller checked itself
-    busy = False
-    coexists = but._coexists if but is not None else ()
-    for ident, ref in list(lent.items()):
-        entry = ref()
-        if entry is but:
-            continue  # the caller checked it
-        if entry is not None and any(other() is entry for other in coexists):
-            continue  # its live outputs were live when `but` was captured: no overlap
-        if entry is None or not entry.in_use() or entry.release_stale():
-            lent.pop(ident, None)
-        else:
-            busy = True
-    return busy
-
-
-def live_lenders(pool: PoolHandle) -> tuple[weakref.ref[Entry], ...]:
-    """The graphs of ``pool`` whose handed-out outputs are alive now (before a capture)."""
-    return tuple(
-        ref for ref in pool._lent.values() if (entry := ref()) is not None and entry.in_use()
-    )
 
 
 def _copy_moved(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:

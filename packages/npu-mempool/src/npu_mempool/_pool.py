@@ -1,15 +1,17 @@
-"""Graph memory pools: the handle users share (mode 1) and the CPU byte arena behind it."""
+"""Graph memory pools: the handle users share (mode 1), its bookkeeping, and the CPU arena."""
 
 from __future__ import annotations
 
+import functools
 import mmap
 import threading
 import weakref
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import torch
 
-__all__ = ["PoolHandle", "live_pool_bytes"]
+__all__ = ["Lender", "PoolHandle", "PoolState", "live_pool_bytes", "state_of"]
 
 # Same granularity as the CUDA caching allocator's smallest block, so emulated byte counts on CPU
 # are in the same ballpark as device ones.
@@ -119,6 +121,140 @@ class _Arena:
         return block, tensor
 
 
+class Lender(Protocol):
+    """A graph that hands out outputs in pool memory (an ``_entry.Entry``)."""
+
+    #: Graphs of the pool whose outputs were alive when this one was captured (weakly).
+    coexists: tuple[weakref.ref[Any], ...]
+
+    def in_use(self) -> bool:
+        """Whether an output it handed out (or a view of one) is still alive."""
+
+    def release_stale(self) -> bool:
+        """Take back outputs of ended steps; return whether its memory is now free."""
+
+
+class PoolState:
+    """Everything the package keeps about one pool; reached with :func:`state_of`.
+
+    Device handles (pool id, capture stream, byte counts) are plain attributes the device
+    backend owns. The rest is bookkeeping that several modules consult, so it is kept behind
+    methods: which graphs lent out outputs (liveness before a replay or a rewind), the rewind
+    checkpoint and the tensors a rewind must neutralise (mode 2), whether a failed capture broke
+    the pool, and the lock that serialises every runner capturing into it.
+    """
+
+    def __init__(self, native: Any) -> None:
+        # Device pools: the allocator's pool id, the capture stream (the caching allocator binds
+        # segments to the stream they were allocated on, so one stream per pool keeps them
+        # reusable), a keep-alive graph and the bytes the pool grew by.
+        self.native = native
+        self.stream: Any = None
+        self.keepalive: list[Any] = []
+        self.grown = 0
+        # No native pool id means an emulated pool: a CPU byte arena.
+        self.arena = _Arena() if native is None else None
+        # Held by every runner that captures into this pool while it picks a graph, replays it
+        # and hands its outputs out: graphs of one pool share memory, so two callers (two
+        # threads, two runners) must never replay them at the same time.
+        self.lock = threading.RLock()
+        # Rewind bookkeeping (mode 2): the state before the first capture and the tensors the
+        # allocator still owns, which a rewind must neutralise.
+        self._checkpoint: Any = None
+        self._owned: list[torch.Tensor] = []
+        # Graphs of this pool whose outputs were handed out and may still be held: before a
+        # replay or a rewind, their outputs' liveness decides whether the pool memory is free.
+        self._lent: dict[int, weakref.ref[Any]] = {}
+        # A device capture into this pool failed: no further capture may use it.
+        self._broken = False
+
+    # -- outputs lent out ----------------------------------------------------------------------
+
+    def lending(self, lender: Lender) -> Callable[[], None]:
+        """A function that records ``lender`` as having handed outputs out of this pool.
+
+        Called on every hand-out, so it is made once per graph and costs one C call (the
+        lender is held weakly: the record must not keep a freed graph alive).
+        """
+        return functools.partial(self._lent.__setitem__, id(lender), weakref.ref(lender))
+
+    def forget(self, lender: Lender) -> None:
+        """Stop tracking ``lender`` (it is being freed)."""
+        self._lent.pop(id(lender), None)
+
+    def in_use(self, but: Lender | None = None) -> bool:
+        """Whether outputs handed out by graphs of this pool (other than ``but``) are alive.
+
+        Graphs found idle are forgotten, so the check costs one look per graph still lent out.
+        """
+        lent = self._lent
+        if not lent or (but is not None and len(lent) == 1 and id(but) in lent):
+            return False  # nothing lent, or only the graph the caller checked itself
+        busy = False
+        coexists = but.coexists if but is not None else ()
+        for ident, ref in list(lent.items()):
+            lender = ref()
+            if lender is but:
+                continue  # the caller checked it
+            if lender is not None and any(other() is lender for other in coexists):
+                continue  # its live outputs were live when `but` was captured: no overlap
+            if lender is None or not lender.in_use() or lender.release_stale():
+                lent.pop(ident, None)
+            else:
+                busy = True
+        return busy
+
+    def live_lenders(self) -> tuple[weakref.ref[Any], ...]:
+        """The graphs whose handed-out outputs are alive now (asked before a capture)."""
+        return tuple(
+            ref for ref in self._lent.values() if (lender := ref()) is not None and lender.in_use()
+        )
+
+    # -- rewind (mode 2) -----------------------------------------------------------------------
+
+    @property
+    def has_checkpoint(self) -> bool:
+        """Whether a rewind target was saved."""
+        return self._checkpoint is not None
+
+    @property
+    def checkpoint(self) -> Any:
+        """The saved rewind target (allocator state, or the arena's block table)."""
+        return self._checkpoint
+
+    def save_checkpoint(self, state: Any) -> None:
+        """Remember ``state`` as what a rewind returns the pool to."""
+        self._checkpoint = state
+
+    def own(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Record pool tensors a later rewind must neutralise (static inputs and outputs)."""
+        self._owned.extend(tensors)
+
+    def owned(self) -> tuple[torch.Tensor, ...]:
+        """The tensors recorded since the last rewind."""
+        return tuple(self._owned)
+
+    def rewound(self) -> None:
+        """The pool was rewound: the recorded tensors no longer own their memory."""
+        self._owned.clear()
+
+    # -- failure -------------------------------------------------------------------------------
+
+    @property
+    def broken(self) -> bool:
+        """Whether a failed device capture left the pool unusable for further captures."""
+        return self._broken
+
+    def mark_broken(self) -> None:
+        """A device capture into the pool failed: no further capture may use it."""
+        self._broken = True
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the pool holds: the arena high-water mark on CPU, allocator growth on a device."""
+        return self.arena.high_water if self.arena is not None else self.grown
+
+
 class PoolHandle:
     """A graph memory pool that several graphs, and several runners, may capture into.
 
@@ -131,34 +267,18 @@ class PoolHandle:
 
     def __init__(self, device: torch.device, native: Any = None) -> None:
         self.device = device
-        # Device pools: the allocator's pool id, the capture stream (the caching allocator binds
-        # segments to the stream they were allocated on, so one stream per pool keeps them
-        # reusable), a keep-alive graph and the bytes the pool grew by.
-        self._native = native
-        self._stream: Any = None
-        self._keepalive: list[Any] = []
-        self._grown = 0
-        # No native pool id means an emulated pool: a CPU byte arena.
-        self._arena = _Arena() if native is None else None
-        # Rewind bookkeeping (mode 2): the state before the first capture and the tensors the
-        # allocator still owns, which a rewind must neutralise.
-        self._checkpoint: Any = None
-        self._owned: list[torch.Tensor] = []
-        # Graphs of this pool whose outputs were handed out and may still be held: before a
-        # replay or a rewind, their outputs' liveness decides whether the pool memory is free.
-        self._lent: dict[int, Any] = {}
-        # A device capture into this pool failed: no further capture may use it.
-        self._broken = False
-        # Held by every runner that captures into this pool while it picks a graph, replays it
-        # and hands its outputs out: graphs of one pool share memory, so two callers (two
-        # threads, two runners) must never replay them at the same time.
-        self._lock = threading.RLock()
+        self._state = PoolState(native)
         _LIVE_POOLS.add(self)
 
     @property
     def nbytes(self) -> int:
         """Bytes the pool holds: the arena high-water mark on CPU, allocator growth on a device."""
-        return self._arena.high_water if self._arena is not None else self._grown
+        return self._state.nbytes
 
     def __repr__(self) -> str:
         return f"PoolHandle(device={self.device}, nbytes={self.nbytes})"
+
+
+def state_of(pool: PoolHandle) -> PoolState:
+    """The package's bookkeeping of ``pool`` (kept off the public handle)."""
+    return pool._state

@@ -1,13 +1,14 @@
 """GraphRunner: capture a callable once per graph key, then answer calls by replaying it.
 
-The policies live here: which graph answers a call (keys, parameter-set variants, call paths),
-when to capture, rewind or give up (warm-up, capture limit, failures). Keys are built in
-``_keys``, captures made in ``_capture``, replays and output hand-out done by ``_entry``.
+The runner dispatches: it finds the graph that answers a call (keys, parameter-set variants, call
+paths) and replays it. Everything else it delegates: keys are built in ``_keys``, the capture
+policy (warm-up, churn, limit, failures) decides in ``_policy``, call paths and their pools
+(device choice, mode-2 rewind) are kept in ``_paths``, captures made in ``_capture``, replays and
+output hand-out done by ``_entry``, captures reported by ``_trace``.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import warnings
@@ -18,54 +19,18 @@ from typing import Any
 import torch
 
 from npu_mempool._capture import capture
-from npu_mempool._counters import Counters, RecaptureReason, register
-from npu_mempool._devices import GraphBackend, backend_for
-from npu_mempool._entry import Entry, pool_in_use
+from npu_mempool._counters import Counters, register
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions, InputKind
-from npu_mempool._pool import PoolHandle
-from npu_mempool._trace import profiled, trace_capture
-from npu_mempool.errors import (
-    CaptureChurnWarning,
-    CaptureError,
-    CaptureLimitWarning,
-    ConfigError,
-    InputLayoutError,
-)
+from npu_mempool._paths import CallPath, CallPaths
+from npu_mempool._policy import Action, CapturePolicy, Decision
+from npu_mempool._pool import PoolHandle, state_of
+from npu_mempool._trace import log, profiled, report_capture
+from npu_mempool.errors import CaptureError, ConfigError, InputLayoutError
 
 __all__ = ["GraphRunner"]
 
-log = logging.getLogger("npu_mempool")
-
 _LAYOUT_ERRORS = (AttributeError, IndexError, TypeError)
-
-#: New graphs in a row, with no replay between them, that differ only in non-tensor values: past
-#: this many, the value changes on every call and each capture is wasted work.
-CHURN_LIMIT = 8
-
-
-class _Path:
-    """One call path: a set of graphs (one per key and input addresses) in one pool.
-
-    Path 0 uses the runner's pool (or the shared one of mode 1). A call whose graph on every
-    earlier path is busy (its outputs, or outputs of another graph of the same pool, are still
-    in use) takes the next path, which has a pool of its own, so no call overwrites memory a live
-    tensor uses (see [Note: output liveness] in ``_outputs``).
-    """
-
-    def __init__(self, pool: PoolHandle | None, rewinds: bool) -> None:
-        self.pool = pool
-        self.rewinds = rewinds
-        self.entries: dict[Hashable, list[Entry]] = {}
-
-    def graphs(self) -> int:
-        return sum(map(len, self.entries.values()))
-
-    def free(self) -> None:
-        for entries in self.entries.values():
-            for entry in entries:
-                entry.discard()
-        self.entries.clear()
 
 
 class GraphRunner:
@@ -165,13 +130,12 @@ class GraphRunner:
         # (mode 1) share its lock: their graphs share memory too.
         # (Anything else given as a pool is refused at the first call, with the reason.)
         pool = options.pool
-        self._lock = pool._lock if isinstance(pool, PoolHandle) else threading.RLock()
-        self._paths: list[_Path] = [_Path(options.pool, options.rewinds_pool)]
+        self._lock = state_of(pool).lock if isinstance(pool, PoolHandle) else threading.RLock()
+        self._call_paths = CallPaths(options)
+        # The same list for the runner's life: the dispatch loop reads it directly.
+        self._paths: list[CallPath] = self._call_paths.paths
+        self._policy = CapturePolicy(options)
         self._specialized: dict[Hashable, Callable[..., Any]] = {}
-        self._warm: dict[Hashable, int] = {}
-        self._failed: set[Hashable] = set()
-        # Non-tensor values of the new keys captured since the last replay (churn detection).
-        self._misses: list[tuple[Hashable, tuple[Any, ...]]] = []
         self._layout: Layout | None = None
         self._eager = False
 
@@ -188,7 +152,7 @@ class GraphRunner:
     @property
     def num_graphs(self) -> int:
         """Graphs currently held, over every key, input-address variant and call path."""
-        return sum(path.graphs() for path in self._paths)
+        return self._call_paths.graphs()
 
     @property
     def num_paths(self) -> int:
@@ -198,10 +162,7 @@ class GraphRunner:
     @property
     def graph_keys(self) -> tuple[Hashable, ...]:
         """Keys of the graphs currently held, in capture order (for logs and diagnostics)."""
-        keys: dict[Hashable, None] = {}
-        for path in self._paths:
-            keys.update(dict.fromkeys(k for k, v in path.entries.items() if v))
-        return tuple(keys)
+        return self._call_paths.keys()
 
     def __call__(self, *args: Any) -> Any:
         """Run ``fn(*args)``: replay its graph for this key, capturing it on first sight."""
@@ -226,8 +187,7 @@ class GraphRunner:
         """Free every graph (and the runner's own pools); the next call captures again."""
         with self._lock:
             self._free_graphs()
-            self._warm.clear()
-            self._failed.clear()
+            self._policy.reset()
             self._eager = False
 
     # -- dispatch ------------------------------------------------------------------------------
@@ -242,7 +202,8 @@ class GraphRunner:
             )
         try:
             key = layout.key(args)
-            failed = key in self._failed  # also proves the key hashable (else a layout error)
+            # Also proves the key hashable (else a layout error).
+            failed = key in self._policy.failed
             ptrs = tuple([args[i].data_ptr() for i in layout.watched]) if layout.watched else ()
         except _LAYOUT_ERRORS as exc:
             raise self._layout_error(args) from exc
@@ -260,12 +221,11 @@ class GraphRunner:
                 return self._miss(path, key, args)
             # After a step boundary, outputs of ended steps give their memory back (_steps).
             free = not found.in_use() or found.release_stale()
-            if free and not pool_in_use(found.pool, but=found):
-                self._misses.clear()
+            if free and not found.state.in_use(found):
                 self.counters.replays += 1
                 return found.replay(args)
             # Its memory is in use: try the next call path.
-        return self._miss(self._new_path(), key, args)
+        return self._miss(self._call_paths.add_path(self.name), key, args)
 
     def _check_layout(self, layout: Layout, args: tuple[Any, ...]) -> None:
         """Slow path only: a call that found no graph is checked against the first call's layout."""
@@ -275,17 +235,6 @@ class GraphRunner:
             # A tensor where a value was would key a graph on the tensor's identity: one capture
             # per call until the limit. A different argument count is another signature.
             raise self._layout_error(args)
-
-    def _new_path(self) -> _Path:
-        # A pool of its own, even in mode 1: the shared pool is where the memory was busy.
-        path = _Path(None, self._options.reuse_pool_across_shapes)
-        self._paths.append(path)
-        log.debug(
-            "GraphRunner %r: outputs of earlier calls are still in use; call path %d added",
-            self.name,
-            len(self._paths),
-        )
-        return path
 
     def _layout_error(self, args: tuple[Any, ...]) -> InputLayoutError:
         assert self._layout is not None
@@ -301,35 +250,41 @@ class GraphRunner:
         self.counters.eager_calls += 1
         return self._fn(*args)
 
-    # -- capture policy ------------------------------------------------------------------------
+    # -- a call that found no free graph -------------------------------------------------------
 
-    def _miss(self, path: _Path, key: Hashable, args: tuple[Any, ...]) -> Any:
-        """Capture a graph for ``key`` on ``path`` (after warm-up and within the limit)."""
-        entries = path.entries.get(key, [])
-        known = any(key in p.entries for p in self._paths)
-        if not known:
-            seen = self._warm.get(key, 0)
-            if seen < self._warmup_runs(args):
-                self._warm[key] = seen + 1
-                return self._eager_call(args)
-            if self._churning(args):
-                return self._give_up_churn(args)
-        if self.num_graphs >= self._options.capture_limit:
+    def _miss(self, path: CallPath, key: Hashable, args: tuple[Any, ...]) -> Any:
+        """Ask the policy, then capture a graph for ``key`` on ``path`` (or do what it says)."""
+        layout = self._layout_checked()
+        paths = self._call_paths
+        known = paths.known(key)
+
+        def make_room() -> int:
             # Graphs captured for inputs that no longer exist free their place first.
-            self._drop_dead(path, key)
-            if self.num_graphs >= self._options.capture_limit:
-                return self._hit_limit(args)
-        reason: RecaptureReason | None = None
-        if entries:
-            reason = self._moved_reason(entries[0], args)
-        elif path is not self._paths[0] and known:
-            reason = RecaptureReason.OUTPUTS_IN_USE
-        pool, backend = self._ensure_pool(path, args)
+            paths.drop_dead(path, key)
+            return paths.graphs()
+
+        decision = self._policy.on_miss(
+            key,
+            args,
+            layout,
+            known=known,
+            graphs=paths.graphs(),
+            replays=self.counters.replays,
+            make_room=make_room,
+            device_warmup=lambda: paths.device_warmup(args, layout),
+            name=self.name,
+        )
+        if decision.action is Action.EAGER:
+            return self._eager_call(args)
+        if decision.action is Action.GIVE_UP:
+            return self._give_up(decision, args)
+        reason = paths.recapture_reason(path, key, args, layout, known)
+        pool, backend = paths.pool_for(path, args, layout, self.name)
         fn = self._specialized.get(key)
         if fn is None:
             fn = self._specialize(key, args) if self._specialize is not None else self._fn
             self._specialized[key] = fn
-        self._rewind(path, pool, backend)
+        paths.rewind(path, pool, backend, self.name)
         started = time.perf_counter()
         try:
             with profiled("npu_mempool.capture"):
@@ -337,7 +292,7 @@ class GraphRunner:
                     fn=fn,
                     key=key,
                     args=args,
-                    layout=self._layout_checked(),
+                    layout=layout,
                     options=self._options,
                     pool=pool,
                     backend=backend,
@@ -345,21 +300,18 @@ class GraphRunner:
                     name=self.name,
                 )
         except Exception as exc:
-            if pool._broken and path.pool is pool:
-                log.warning(
-                    "GraphRunner %r: a failed capture left its pool unusable; later graphs go "
-                    "into a new pool",
-                    self.name,
-                )
-                path.pool = None
-                path.rewinds = self._options.reuse_pool_across_shapes
+            paths.capture_failed(path, pool, self.name)
             return self._capture_failed(key, args, exc)
-        self._report_capture(key, reason, time.perf_counter() - started, path)
-        if entries:
-            # Graphs of MUTATED tensors that died (a replaced KV cache) can never be right again;
-            # those of other live tensors or parameter sets stay as variants.
-            self._drop_dead(path, key)
-        path.entries.setdefault(key, []).append(entry)
+        report_capture(
+            name=self.name,
+            key=key,
+            reason=reason,
+            seconds=time.perf_counter() - started,
+            call_path=paths.number(path),
+            graphs_before=paths.graphs(),
+            pool_bytes=lambda: pool.nbytes,
+        )
+        paths.add(path, key, entry)
         self.counters.captures += 1
         if reason is not None:
             self.counters.recapture_reasons[reason] += 1
@@ -369,198 +321,37 @@ class GraphRunner:
         # replay is part of the capture, not counted, so counters read the same on every device.
         return entry.replay(args)
 
-    def _report_capture(self, key: Hashable, reason: str | None, seconds: float, on: _Path) -> None:
-        pool = on.pool
-        assert pool is not None
-        path = self._paths.index(on) + 1
-        log.info(
-            "GraphRunner %r: captured a graph in %.3f s (%s), %d graph(s), pool %s",
-            self.name,
-            seconds,
-            reason or "new key",
-            self.num_graphs + 1,
-            _size(pool.nbytes),
-        )
-        log.debug("GraphRunner %r: key %r on call path %d", self.name, key, path)
-        trace_capture(
-            lambda: {
-                "runner": self.name,
-                "key": repr(key),
-                "reason": reason or "new_key",
-                "seconds": seconds,
-                "call_path": path,
-                "graphs": self.num_graphs,
-                "pool_bytes": pool.nbytes,
-            }
-        )
-
-    def _churning(self, args: tuple[Any, ...]) -> bool:
-        """Whether the last new keys differed only in a non-tensor value that keeps changing."""
-        layout = self._layout_checked()
-        tensors = tuple((args[i].shape, args[i].dtype) for i in layout.user + layout.mutated)
-        values = tuple(args[i] for i in layout.scalars)
-        if self._misses and self._misses[-1][0] != tensors:
-            self._misses.clear()
-        self._misses.append((tensors, values))
-        return len(self._misses) > CHURN_LIMIT
-
-    def _give_up_churn(self, args: tuple[Any, ...]) -> Any:
-        layout = self._layout_checked()
-        varying = [
-            i
-            for n, i in enumerate(layout.scalars)
-            if len({repr(values[n]) for _, values in self._misses}) > 1
-        ]
-        warnings.warn(
-            f"GraphRunner {self.name!r} captured {CHURN_LIMIT} graphs in a row that differ only "
-            f"in the value of argument(s) {varying} (ints that change on every call) and never "
-            "replayed one; it runs eagerly from now on. Pass such a value as a tensor, keep it "
-            "out of the compiled region, or let it decide nothing but arithmetic (npu_compile "
-            "then passes it to the graph as a device scalar).",
-            CaptureChurnWarning,
-            stacklevel=5,
-        )
-        self._misses.clear()
-        return self._give_up(args)
-
     def _layout_checked(self) -> Layout:
         assert self._layout is not None
         return self._layout
 
-    def _moved_reason(self, entry: Entry, args: tuple[Any, ...]) -> RecaptureReason:
-        layout = self._layout_checked()
-        now = tuple(args[i].data_ptr() for i in layout.watched)
-        moved = {i for i, a, b in zip(layout.watched, now, entry.ptrs, strict=True) if a != b}
-        if moved.intersection(layout.mutated):
-            return RecaptureReason.MUTATED_INPUT_MOVED
-        return RecaptureReason.PARAMETER_MOVED
-
-    def _drop_dead(self, path: _Path, key: Hashable) -> None:
-        entries = path.entries.get(key)
-        if not entries:
-            return
-        for entry in [e for e in entries if not e.alive()]:
-            entries.remove(entry)
-            entry.discard()
-
-    def _rewind(self, path: _Path, pool: PoolHandle, backend: GraphBackend) -> None:
-        """Mode 2: return the pool to its state before the first capture, if nothing uses it."""
-        if not path.rewinds:
-            return
-        if pool._checkpoint is None:
-            if not backend.checkpoint(pool):
-                log.warning(
-                    "GraphRunner %r: this device has no allocator checkpoint hooks, so graphs "
-                    "of different shapes will not share memory (mode 2 off)",
-                    self.name,
-                )
-                path.rewinds = False
-            return
-        if pool_in_use(pool):
-            # Outputs of this pool are still held: the new graph goes on top this time.
-            log.debug("GraphRunner %r: pool outputs in use, capture without rewind", self.name)
-            return
-        if not backend.rewind(pool):
-            log.warning(
-                "GraphRunner %r: its graph pool holds memory that its graphs do not own (a "
-                "tensor created during capture and kept alive); rewinding would free it, so "
-                "graphs of different shapes no longer share memory (mode 2 off)",
-                self.name,
-            )
-            path.rewinds = False
-
-    def _warmup_runs(self, args: tuple[Any, ...]) -> int:
-        """Eager calls before a new key is captured: the option, else the device's need."""
-        if self._options.warmup_runs is not None:
-            return self._options.warmup_runs
-        layout = self._layout_checked()
-        device = next((args[i].device for i in layout.tensors), torch.device("cpu"))
-        return backend_for(device.type).default_warmup_runs
-
-    def _hit_limit(self, args: tuple[Any, ...]) -> Any:
-        warnings.warn(
-            f"GraphRunner {self.name!r} reached its capture limit of "
-            f"{self._options.capture_limit} graphs; its graphs are freed and it runs eagerly from "
-            "now on. Pad inputs to a few shapes (bucketing), or raise the limit: "
-            "CaptureOptions(capture_limit=...), which TorchAir-style configs spell "
-            "debug.aclgraph.static_capture_size_limit.",
-            CaptureLimitWarning,
-            stacklevel=5,
-        )
-        return self._give_up(args)
-
-    def _give_up(self, args: tuple[Any, ...]) -> Any:
-        """Free every graph and run eagerly from now on (after the caller's one warning)."""
+    def _give_up(self, decision: Decision, args: tuple[Any, ...]) -> Any:
+        """Warn once, free every graph and run eagerly from now on."""
+        assert decision.warning is not None
+        # The caller's frame: _give_up < _miss < _call < __call__ (or as_function's call).
+        warnings.warn(decision.message, decision.warning, stacklevel=5)
         self._free_graphs()
         self._eager = True
         self.counters.fallbacks += 1
         return self._eager_call(args)
 
     def _capture_failed(self, key: Hashable, args: tuple[Any, ...], exc: Exception) -> Any:
-        message = (
-            f"GraphRunner {self.name!r} could not capture the graph for key {key!r}: "
-            f"{type(exc).__name__}: {exc}"
-        )
-        if self._options.strict:
-            raise CaptureError(
-                message + ". Remove what cannot be captured (host syncs such as .item(), "
-                "data-dependent shapes, CPU work) or drop strict=True to run such keys eagerly."
-            ) from exc
-        log.warning("%s; this key runs eagerly from now on", message)
+        decision = self._policy.on_failure(key, exc, self.name)
+        if decision.action is Action.RAISE:
+            raise CaptureError(decision.message) from exc
+        log.warning("%s; this key runs eagerly from now on", decision.message)
         # The key runs eagerly for every input set from now on: its graphs must not linger,
         # holding memory and counting toward capture_limit.
-        for path in self._paths:
-            for entry in path.entries.pop(key, []):
-                entry.discard()
-        self._failed.add(key)
+        self._call_paths.discard_key(key)
         self.counters.fallbacks += 1
         return self._eager_call(args)
 
     def _free_graphs(self) -> None:
-        for path in self._paths:
-            path.free()
-        self._paths = [_Path(self._options.pool, self._options.rewinds_pool)]
+        self._call_paths.free()
         self._specialized.clear()
-
-    def _ensure_pool(self, path: _Path, args: tuple[Any, ...]) -> tuple[PoolHandle, GraphBackend]:
-        layout = self._layout_checked()
-        devices = {args[i].device for i in layout.tensors}
-        if len(devices) > 1:
-            raise ConfigError(
-                f"GraphRunner {self.name!r} got tensors on several devices "
-                f"{sorted(map(str, devices))}; "
-                "a graph runs on one device: move the inputs there first"
-            )
-        device = devices.pop() if devices else torch.device("cpu")
-        if path.pool is not None and not _same_device(path.pool.device, device):
-            raise ConfigError(
-                f"CaptureOptions.pool is on {path.pool.device} but the inputs are on {device}; "
-                f"create the pool with graph_pool_handle({str(device)!r})"
-            )
-        backend = backend_for(device.type)
-        if path.pool is None:
-            path.pool = backend.new_pool(device)
-        return path.pool, backend
-
-
-def _size(nbytes: int) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if nbytes < 1024:
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024  # type: ignore[assignment]
-    return f"{nbytes:.2f} GiB"
-
-
-def _same_device(pool: torch.device, tensors: torch.device) -> bool:
-    # "cuda" (no index) names the current device; only a mismatch of explicit indices is wrong.
-    if pool.type != tensors.type:
-        return False
-    explicit: tuple[int | None, int | None] = (pool.index, tensors.index)
-    return None in explicit or explicit[0] == explicit[1]
 
 
 def _pool_bytes_of(runner: GraphRunner | None) -> int:
     if runner is None:
         return 0
-    pools = {id(p.pool): p.pool for p in runner._paths if p.pool is not None}
-    return sum(pool.nbytes for pool in pools.values())
+    return runner._call_paths.pool_bytes()

@@ -51,8 +51,8 @@ class StaleOutputError(NpuMempoolError, RuntimeError):
 class ConfigError(NpuMempoolError, ValueError):
     """Options or a pool handle that cannot work together."""
 
-    # Kept from the class's old name, OptionsError: codes are what callers match on.
-    code: ClassVar[str] = "options"
+    # The code every npu package gives its ConfigError (npu-mempool's was "options").
+    code: ClassVar[str] = "config"
 
 
 #: Deprecated alias of :class:`ConfigError` (the same class object), kept for existing callers.

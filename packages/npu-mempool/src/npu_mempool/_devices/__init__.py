@@ -6,29 +6,41 @@
 * ``cuda``: ``torch.accelerator.Graph`` (torch >= 2.12), else ``torch.cuda.CUDAGraph`` (2.11).
 * ``npu``: ``torch.accelerator.Graph`` when torch_npu registers it, else ``torch_npu.npu.NPUGraph``.
 
-One module per concern: ``base`` (the interface), ``emulated`` (CPU), ``native`` (device graphs),
-``cuda`` and ``npu`` (what each family adds). ``npu`` is the only module that touches
-``torch_npu``, lazily, inside functions: torch_npu without CANN breaks ``import torch`` itself.
+One module per concern: ``base`` (the interface), ``registry`` (device type -> backend),
+``emulated`` (CPU), ``native`` (device graphs), ``cuda`` and ``npu`` (what each family adds).
+``npu`` is the only module that touches ``torch_npu``, lazily, inside functions: torch_npu without
+CANN breaks ``import torch`` itself.
+
+Adding a device: a module here that declares ``DEVICE = DeviceType(name, build)`` (``build``
+makes its backend, probing what it needs), and one line in ``DEVICES`` below.
 """
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
+from npu_mempool._devices import cuda, emulated, npu
 from npu_mempool._devices.base import Body, Graph, GraphBackend, StaticLike
 from npu_mempool._devices.cuda import Cuda
 from npu_mempool._devices.emulated import EmulatedBackend, EmulatedGraph
-from npu_mempool._devices.native import DeviceBackend
+from npu_mempool._devices.native import DeviceBackend, has_accelerator_graph
 from npu_mempool._devices.npu import Npu
+from npu_mempool._devices.registry import (
+    DeviceType,
+    backend_for,
+    forget_backends,
+    register,
+    registered,
+    unregister,
+)
 from npu_mempool._pool import PoolHandle
-from npu_mempool.errors import ConfigError
 
 __all__ = [
+    "DEVICES",
     "Body",
     "Cuda",
     "DeviceBackend",
+    "DeviceType",
     "EmulatedBackend",
     "EmulatedGraph",
     "Graph",
@@ -37,43 +49,23 @@ __all__ = [
     "StaticLike",
     "backend_for",
     "default_device",
+    "forget_backends",
     "graph_implementation",
     "graph_pool_handle",
     "has_accelerator_graph",
+    "register",
+    "registered",
+    "unregister",
 ]
 
-
-def has_accelerator_graph() -> bool:
-    """Whether this torch has the device-generic ``torch.accelerator.Graph`` (2.12 and later)."""
-    return hasattr(torch.accelerator, "Graph")
-
-
-def _npu_registers_accelerator_graph() -> bool:
-    if not has_accelerator_graph():
-        return False
-    try:
-        current = torch.accelerator.current_accelerator()
-        if current is None or current.type != "npu":
-            return False
-        torch.accelerator.Graph()
-    except Exception:
-        return False
-    return True
-
-
-@functools.cache
-def backend_for(device_type: str) -> GraphBackend:
-    """The graph implementation for tensors on ``device_type``."""
-    if device_type == "cpu":
-        return EmulatedBackend()
-    if device_type == "cuda":
-        return DeviceBackend(Cuda(), accelerator_graph=has_accelerator_graph())
-    if device_type == "npu":
-        return DeviceBackend(Npu(), accelerator_graph=_npu_registers_accelerator_graph())
-    raise ConfigError(
-        f"no graph implementation for device type {device_type!r}; npu-mempool captures graphs on "
-        "'cpu' (emulated), 'cuda' and 'npu'. Move the inputs to one of these devices."
-    )
+#: The device types npu-mempool captures on, one line each, in the order messages list them.
+DEVICES: tuple[DeviceType, ...] = (
+    emulated.DEVICE,
+    cuda.DEVICE,
+    npu.DEVICE,
+)
+for _device in DEVICES:
+    register(_device)
 
 
 def default_device() -> torch.device:

@@ -7,11 +7,16 @@ from typing import Any
 
 import torch
 
-__all__ = ["Cuda"]
+from npu_mempool._devices.base import GraphBackend
+from npu_mempool._devices.native import DeviceBackend, has_accelerator_graph
+from npu_mempool._devices.registry import DeviceType
+
+__all__ = ["DEVICE", "Cuda"]
 
 
 class Cuda:
     device_type = "cuda"
+    legacy_graph_name = "torch.cuda.CUDAGraph"
     # cuBLAS creates its handle and workspace on first use; inside a capture that allocation
     # would land in the graph pool for good (torch's own CUDA graph paths warm up too).
     warmup_runs = 1
@@ -74,3 +79,10 @@ class Cuda:
             if call is not None:
                 with contextlib.suppress(RuntimeError):
                     call(index, pool_id)
+
+
+def _backend() -> GraphBackend:
+    return DeviceBackend(Cuda(), accelerator_graph=has_accelerator_graph())
+
+
+DEVICE = DeviceType("cuda", _backend)

@@ -8,9 +8,10 @@ from typing import Any
 import torch
 
 from npu_mempool._devices.base import Body, Graph, Rerun, dense_strides
-from npu_mempool._pool import PoolHandle
+from npu_mempool._devices.registry import DeviceType
+from npu_mempool._pool import PoolHandle, state_of
 
-__all__ = ["EmulatedBackend", "EmulatedGraph"]
+__all__ = ["DEVICE", "EmulatedBackend", "EmulatedGraph"]
 
 
 def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
@@ -59,7 +60,7 @@ class EmulatedGraph:
             base[: source.numel()].copy_(source)
 
     def reset(self) -> None:
-        arena = self._pool._arena
+        arena = state_of(self._pool).arena
         assert arena is not None
         for block in self._blocks:
             arena.free(block)
@@ -78,7 +79,7 @@ class EmulatedBackend:
         return PoolHandle(torch.device("cpu"))
 
     def capture(self, pool: PoolHandle, body: Body) -> tuple[Graph, list[Any]]:
-        arena = pool._arena
+        arena = state_of(pool).arena
         assert arena is not None, "an emulated graph needs a CPU pool"
         blocks: list[int] = []
 
@@ -141,12 +142,17 @@ class EmulatedBackend:
         return graph, static
 
     def checkpoint(self, pool: PoolHandle) -> bool:
-        assert pool._arena is not None
-        pool._checkpoint = pool._arena.checkpoint()
+        state = state_of(pool)
+        assert state.arena is not None
+        state.save_checkpoint(state.arena.checkpoint())
         return True
 
     def rewind(self, pool: PoolHandle) -> bool:
-        assert pool._arena is not None
-        pool._arena.rewind(pool._checkpoint, set())
-        pool._owned.clear()
+        state = state_of(pool)
+        assert state.arena is not None
+        state.arena.rewind(state.checkpoint, set())
+        state.rewound()
         return True
+
+
+DEVICE = DeviceType("cpu", EmulatedBackend, note="emulated")

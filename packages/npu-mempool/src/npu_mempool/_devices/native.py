@@ -10,9 +10,14 @@ from typing import Any, Protocol
 import torch
 
 from npu_mempool._devices.base import Body, Graph, dense_strides
-from npu_mempool._pool import PoolHandle
+from npu_mempool._pool import PoolHandle, state_of
 
-__all__ = ["DeviceBackend", "Family", "device_index"]
+__all__ = ["DeviceBackend", "Family", "device_index", "has_accelerator_graph"]
+
+
+def has_accelerator_graph() -> bool:
+    """Whether this torch has the device-generic ``torch.accelerator.Graph`` (2.12 and later)."""
+    return hasattr(torch.accelerator, "Graph")
 
 
 class Family(Protocol):
@@ -20,6 +25,8 @@ class Family(Protocol):
 
     device_type: str
     warmup_runs: int
+    #: What :func:`~npu_mempool.graph_implementation` names the family's own graph class.
+    legacy_graph_name: str
 
     def pool_id(self) -> Any: ...
     def stream(self, device: torch.device) -> Any: ...
@@ -57,35 +64,29 @@ class DeviceBackend:
         self._family = family
         self._accelerator_graph = accelerator_graph
         self.default_warmup_runs = family.warmup_runs
-        if accelerator_graph:
-            self.name = "torch.accelerator.Graph"
-        else:
-            self.name = (
-                "torch.cuda.CUDAGraph"
-                if family.device_type == "cuda"
-                else ("torch_npu.npu.NPUGraph")
-            )
+        self.name = "torch.accelerator.Graph" if accelerator_graph else family.legacy_graph_name
 
     def new_pool(self, device: torch.device) -> PoolHandle:
         return PoolHandle(device, native=self._family.pool_id())
 
     @contextlib.contextmanager
     def _capturing(self, pool: PoolHandle, graph_out: list[Any]) -> Iterator[None]:
+        state = state_of(pool)
         if self._accelerator_graph:
-            if pool._stream is None:
-                pool._stream = torch.Stream(device=pool.device)
-            graph = torch.accelerator.Graph(pool=pool._native, capture_error_mode="thread_local")
+            if state.stream is None:
+                state.stream = torch.Stream(device=pool.device)
+            graph = torch.accelerator.Graph(pool=state.native, capture_error_mode="thread_local")
             graph_out.append(graph)
             # accelerator.Graph captures on the current stream; the pool's own stream keeps the
             # caching allocator's segments reusable by the next capture.
-            with pool._stream, graph:
+            with state.stream, graph:
                 yield
         else:
-            if pool._stream is None:
-                pool._stream = self._family.stream(pool.device)
+            if state.stream is None:
+                state.stream = self._family.stream(pool.device)
             graph = self._family.legacy_graph()
             graph_out.append(graph)
-            with self._family.legacy_context(graph, pool._native, pool._stream):
+            with self._family.legacy_context(graph, state.native, state.stream):
                 yield
 
     def capture(self, pool: PoolHandle, body: Body) -> tuple[Graph, list[Any]]:
@@ -109,8 +110,9 @@ class DeviceBackend:
         except BaseException:
             # A failed capture leaves the pool unusable for further captures: restore the
             # caller's stream, stop allocating to the pool, and let the runner take a new pool.
-            self._family.abandon_capture(device_index(pool.device), pool._native, stream)
-            pool._broken = True
+            state = state_of(pool)
+            self._family.abandon_capture(device_index(pool.device), state.native, stream)
+            state.mark_broken()
             raise
         finally:
             self._family.drop_library_workspaces()
@@ -119,10 +121,11 @@ class DeviceBackend:
 
     def _measure(self, pool: PoolHandle, reserved_before: int) -> None:
         """Update the pool's byte count after a capture into it."""
+        state = state_of(pool)
         try:
             # Exact: the segments the allocator holds for this pool.
-            wanted = tuple(pool._native)
-            pool._grown = sum(
+            wanted = tuple(state.native)
+            state.grown = sum(
                 int(segment["total_size"])
                 for segment in self._family.snapshot()
                 if tuple(segment.get("segment_pool_id", ())) == wanted
@@ -130,7 +133,7 @@ class DeviceBackend:
         except Exception:
             # Approximate: what the device's reserved memory grew by during the capture.
             grown = self._family.reserved(pool.device) - reserved_before
-            pool._grown += max(0, grown)
+            state.grown += max(0, grown)
 
     def checkpoint(self, pool: PoolHandle) -> bool:
         if not self._family.has_checkpoint_hooks():
@@ -146,23 +149,26 @@ class DeviceBackend:
             warnings.filterwarnings("ignore", r"The \w+ Graph is empty", UserWarning)
             with self._capturing(pool, made):
                 pass
-        pool._keepalive.extend(made)
+        state = state_of(pool)
+        state.keepalive.extend(made)
         self._measure(pool, before)
-        pool._checkpoint = self._family.get_state(device_index(pool.device), pool._native)
+        state.save_checkpoint(self._family.get_state(device_index(pool.device), state.native))
         return True
 
     def rewind(self, pool: PoolHandle) -> bool:
         index = device_index(pool.device)
+        state = state_of(pool)
+        owned = state.owned()
         # The allocator frees every block allocated since the checkpoint; each must belong to a
         # tensor we hold, or a tensor someone else holds would point at recycled memory.
-        live = {t.untyped_storage().data_ptr() for t in pool._owned}
-        if self._family.live_allocations_are(index, pool._native, live) is False:
+        live = {t.untyped_storage().data_ptr() for t in owned}
+        if self._family.live_allocations_are(index, state.native, live) is False:
             return False
         # Tensors the allocator still owns (static buffers of captures since the last rewind)
         # lose their deleters: their bytes now belong to whatever the next capture allocates.
-        stale = list({t.untyped_storage()._cdata: None for t in pool._owned})
-        self._family.set_state(index, pool._checkpoint, stale)
-        pool._owned.clear()
+        stale = list({t.untyped_storage()._cdata: None for t in owned})
+        self._family.set_state(index, state.checkpoint, stale)
+        state.rewound()
         return True
 
 

@@ -8,7 +8,11 @@ from typing import Any
 
 import torch
 
-__all__ = ["Npu"]
+from npu_mempool._devices.base import GraphBackend
+from npu_mempool._devices.native import DeviceBackend, has_accelerator_graph
+from npu_mempool._devices.registry import DeviceType
+
+__all__ = ["DEVICE", "Npu"]
 
 
 def _torch_npu() -> Any:
@@ -17,6 +21,7 @@ def _torch_npu() -> Any:
 
 class Npu:
     device_type = "npu"
+    legacy_graph_name = "torch_npu.npu.NPUGraph"
     warmup_runs = 0  # TorchAir's num_warmup_iters default
 
     def pool_id(self) -> Any:
@@ -65,3 +70,24 @@ class Npu:
             if call is not None:
                 with contextlib.suppress(RuntimeError):
                     call(index, pool_id)
+
+
+def _registers_accelerator_graph() -> bool:
+    """Whether torch_npu registers ``torch.accelerator.Graph`` (and the NPU is the accelerator)."""
+    if not has_accelerator_graph():
+        return False
+    try:
+        current = torch.accelerator.current_accelerator()
+        if current is None or current.type != "npu":
+            return False
+        torch.accelerator.Graph()
+    except Exception:
+        return False
+    return True
+
+
+def _backend() -> GraphBackend:
+    return DeviceBackend(Npu(), accelerator_graph=_registers_accelerator_graph())
+
+
+DEVICE = DeviceType("npu", _backend)
