@@ -11,7 +11,12 @@ from npu_compile._fallback import FallbackReason
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError
 
-__all__ = ["capture_options", "specialized_per_shape", "specializer"]
+__all__ = [
+    "capture_options",
+    "specialized_per_shape",
+    "specializer",
+    "static_kernel_options",
+]
 
 CompiledFn = Callable[..., Any]
 
@@ -35,6 +40,19 @@ def capture_options(config: CompilerConfig) -> Any:
         strict=bool(aclgraph.strict),
         # warmup_runs left to npu-mempool: it knows which devices need an eager call per new
         # shape before capturing it (CUDA's lazily initialised cuBLAS).
+    )
+
+
+def static_kernel_options(config: CompilerConfig) -> Any:
+    """The ``npu_static_kernel.StaticKernelOptions`` that ``config`` asks for."""
+    from npu_static_kernel import StaticKernelOptions
+
+    static = config.experimental_config.aclgraph
+    return StaticKernelOptions(
+        build_dir=static._aclnn_static_shape_kernel_build_dir,
+        # strict: a failed build raises instead of running the graph without static kernels.
+        strict=bool(config.debug.aclgraph.strict),
+        fallback_dir=static._aclnn_static_shape_kernel_fallback_dir,
     )
 
 
@@ -63,12 +81,7 @@ def specializer(
         return None
     from npu_static_kernel import NpuStaticKernelError, StaticKernelCompiler
 
-    # strict: a failed build raises instead of running the graph without static kernels.
-    compiler = StaticKernelCompiler(
-        static._aclnn_static_shape_kernel_build_dir,
-        strict=bool(config.debug.aclgraph.strict),
-        fallback_dir=static._aclnn_static_shape_kernel_fallback_dir,
-    )
+    compiler = StaticKernelCompiler(options=static_kernel_options(config))
 
     def specialize(key: object, args: Sequence[object]) -> Callable[..., Any]:
         before = compiler.counters.fallbacks

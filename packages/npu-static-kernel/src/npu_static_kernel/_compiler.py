@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from npu_static_kernel import _device
+from npu_static_kernel._accel import first_tensor_device
 from npu_static_kernel._cache import ArtifactCache, CacheEntry, now
 from npu_static_kernel._counters import StaticKernelCounters
 from npu_static_kernel._distributed import NodeRole, node_role
@@ -194,7 +195,7 @@ class StaticKernelCompiler:
             self._enabled = role is not None
             if role is None:
                 return gm.forward
-            device_type = _device.device_type_of(args)
+            device_type = first_tensor_device(args).type
             if self.builder is None:
                 self.builder = default_builder(device_type)
             builder = self.builder

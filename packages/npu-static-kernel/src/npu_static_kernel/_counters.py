@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
 from dataclasses import dataclass
+
+from npu_static_kernel._counting import expect_moves
 
 __all__ = ["StaticKernelCounters"]
 
@@ -34,26 +35,11 @@ class StaticKernelCounters:
         """The current values as a plain dict."""
         return dataclasses.asdict(self)
 
-    @contextlib.contextmanager
-    def expect(self, **deltas: int) -> Iterator[None]:
+    def expect(self, **deltas: int) -> contextlib.AbstractContextManager[None]:
         """Assert how much each named counter moves inside the ``with`` block.
 
         Raises:
             AssertionError: A counter moved by another amount (all mismatches are listed).
             TypeError: A name that is not a counter.
         """
-        unknown = sorted(set(deltas) - set(self.snapshot()))
-        if unknown:
-            raise TypeError(
-                f"unknown counter(s) {unknown}; expected some of {list(self.snapshot())}"
-            )
-        before = self.snapshot()
-        yield
-        after = self.snapshot()
-        wrong = [
-            f"{name} moved by {after[name] - before[name]}, expected {expected}"
-            for name, expected in deltas.items()
-            if after[name] - before[name] != expected
-        ]
-        if wrong:
-            raise AssertionError("static kernel counters: " + "; ".join(wrong))
+        return expect_moves(self.snapshot, deltas, "static kernel counters")

@@ -12,7 +12,6 @@ import hashlib
 import importlib
 import json
 import platform
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -26,14 +25,6 @@ _EXTENSIONS = {"npu": "torch_npu"}
 # stand-in for PyTorch compatibility (None unless TORCH_NPU_DEVICE_CAPABILITY is set, with a
 # warning on each call), and the SoC name (Ascend910B3...) already names the chip exactly.
 _NAME_ONLY = frozenset({"npu"})
-
-
-def device_type_of(args: Iterable[Any]) -> str:
-    """Return the device type of the first tensor in ``args`` (``"cpu"`` when there is none)."""
-    for arg in args:
-        if isinstance(arg, torch.Tensor):
-            return arg.device.type
-    return "cpu"
 
 
 def binds_device_index(device_type: str) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from npu_static_kernel import _device
+from npu_static_kernel._accel import first_tensor_device
 from npu_static_kernel._inputs import describe
 from npu_static_kernel._interface import StaticKernelBuilder
 from npu_static_kernel._version import __version__
@@ -56,7 +57,7 @@ def compute_key(gm: torch.fx.GraphModule, args: Sequence[Any], builder: StaticKe
     Returns:
         A 64-character hex digest.
     """
-    device_type = _device.device_type_of(args)
+    device_type = first_tensor_device(args).type
     inputs = []
     for arg in args:
         if isinstance(arg, torch.Tensor):

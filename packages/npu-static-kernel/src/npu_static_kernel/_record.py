@@ -31,6 +31,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from npu_static_kernel import _confine, _device
+from npu_static_kernel._accel import first_tensor_device
 from npu_static_kernel._cann_names import (
     OUTPUTS_DIRNAME,
     cann_dtype_name,
@@ -346,5 +347,5 @@ def record_op_statistics(
     """
     with torch.no_grad(), OpStatisticsRecorder() as recorder:
         fn(*args)
-    _device.synchronize(_device.device_type_of(args))
+    _device.synchronize(first_tensor_device(args).type)
     return write_op_statistics(recorder.records, build_dir, supports=supports)
