@@ -7,8 +7,10 @@ import enum
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from npu_mempool._counting import expect_moves
 
 __all__ = ["Counters", "RecaptureReason", "counters"]
 
@@ -79,8 +81,7 @@ class Counters:
         values["recapture_reasons"] = {str(k): v for k, v in self.recapture_reasons.items()}
         return values
 
-    @contextlib.contextmanager
-    def expect(self, **deltas: int | Mapping[str, int]) -> Iterator[None]:
+    def expect(self, **deltas: int | Mapping[str, int]) -> contextlib.AbstractContextManager[None]:
         """Assert how much each counter moves inside the ``with`` block.
 
         Args:
@@ -105,29 +106,7 @@ class Counters:
             Traceback (most recent call last):
             AssertionError: counters: captures moved by 0, expected 1
         """
-        known = (*_FIELDS, "recapture_reasons")
-        unknown = sorted(set(deltas) - set(known))
-        if unknown:
-            raise TypeError(f"unknown counter(s) {unknown}; expected some of {list(known)}")
-        before = self.snapshot()
-        yield
-        after = self.snapshot()
-        wrong = []
-        for name, expected in deltas.items():
-            if name == "recapture_reasons":
-                assert isinstance(expected, Mapping)
-                for reason, count in expected.items():
-                    moved = after[name].get(reason, 0) - before[name].get(reason, 0)
-                    if moved != count:
-                        wrong.append(
-                            f"recapture_reasons[{reason!r}] moved by {moved}, expected {count}"
-                        )
-            else:
-                moved = after[name] - before[name]
-                if moved != expected:
-                    wrong.append(f"{name} moved by {moved}, expected {expected}")
-        if wrong:
-            raise AssertionError("counters: " + "; ".join(wrong))
+        return expect_moves(self.snapshot, deltas, "counters")
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.snapshot().items())

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from npu_mempool._accel import first_tensor_device
 from npu_mempool._counters import RecaptureReason
 from npu_mempool._devices import GraphBackend, backend_for
 from npu_mempool._entry import Entry
@@ -148,8 +149,7 @@ class CallPaths:
 
     def device_warmup(self, args: tuple[Any, ...], layout: Layout) -> int:
         """Eager calls the device of ``args`` needs before a capture."""
-        device = next((args[i].device for i in layout.tensors), torch.device("cpu"))
-        return backend_for(device.type).default_warmup_runs
+        return backend_for(first_tensor_device(args).type).default_warmup_runs
 
     def pool_for(
         self, path: CallPath, args: tuple[Any, ...], layout: Layout, name: str

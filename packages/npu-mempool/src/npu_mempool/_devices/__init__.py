@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from npu_mempool._accel import default_device
 from npu_mempool._devices import cuda, emulated, npu
 from npu_mempool._devices.base import Body, Graph, GraphBackend, StaticLike
 from npu_mempool._devices.cuda import Cuda
@@ -66,15 +67,6 @@ DEVICES: tuple[DeviceType, ...] = (
 )
 for _device in DEVICES:
     register(_device)
-
-
-def default_device() -> torch.device:
-    """The current accelerator, or the CPU when there is none."""
-    if torch.accelerator.is_available():
-        current = torch.accelerator.current_accelerator()
-        if current is not None:
-            return torch.device(current.type, torch.accelerator.current_device_index())
-    return torch.device("cpu")
 
 
 def graph_implementation(device: torch.device | str | None = None) -> str:
