@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
-from npu_graph_export.runtime._model import Model, TensorInfo, load
+from npu_graph_export.runtime._model import Model, load
+from npu_graph_export.runtime._parse import TensorInfo
 
 __all__ = ["load", "Model", "TensorInfo"]
