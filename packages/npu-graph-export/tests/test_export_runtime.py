@@ -289,6 +289,6 @@ def test_kernel_table_is_assembled_once_without_duplicates() -> None:
 
     assert set(KERNELS) <= set(OPS)
     add = KERNELS["Add"]
-    with pytest.raises(RuntimeError, match="two reference kernels.*'Add'"):
+    with pytest.raises(RuntimeError, match=r"two reference kernels.*'Add'"):
         register("Add", add)
     assert KERNELS["Add"] is add
