@@ -74,6 +74,23 @@ def test_foreign_compiler_config_is_read_by_attribute() -> None:
     assert resolve_config(bare) == ExportConfig()
 
 
+class BoolView(int):
+    """How npu-compile's CompilerConfig reads a boolean back: an int 0/1 printed as a bool."""
+
+    def __repr__(self) -> str:
+        return repr(bool(self))
+
+
+def test_foreign_bool_views_count_as_bools() -> None:
+    resolved = resolve_config(
+        _foreign(auto_atc_config_generated=BoolView(1), enable_record_nn_module_stack=BoolView(0))
+    )
+    assert resolved.auto_atc_config_generated is True
+    assert resolved.enable_record_nn_module_stack is False
+    with pytest.raises(ConfigError, match="auto_atc_config_generated must be True or False"):
+        resolve_config(_foreign(auto_atc_config_generated=BoolView(2)))
+
+
 @pytest.mark.parametrize("value", ["0", "False", "", 1, 0, None, np.bool_(True)])
 @pytest.mark.parametrize("name", ["auto_atc_config_generated", "enable_record_nn_module_stack"])
 def test_foreign_config_options_must_be_real_bools(name: str, value: object) -> None:

@@ -129,11 +129,26 @@ def resolve_config(config: Any) -> ExportConfig:
     values: dict[str, bool] = {}
     for name in _EXPERIMENTAL:
         value = getattr(experimental, name, False)
-        if not isinstance(value, bool):
+        flag = _flag(value)
+        if flag is None:
             # Never bool(value): the string "0" would turn the option on.
             raise ConfigError(
                 f"config.export.experimental.{name} must be True or False, got {value!r}; "
                 "set it to a bool"
             )
-        values[name] = value
+        values[name] = flag
     return ExportConfig(**values)
+
+
+def _flag(value: object) -> bool | None:
+    """``value`` as a flag when it is one: a bool, or a bool-like ``int`` subclass of 0 or 1.
+
+    npu-compile's ``CompilerConfig`` reads its booleans back as such a subclass (``bool`` cannot
+    be subclassed, and the value also carries TorchAir's ``.value`` string). A plain ``1`` is
+    refused, as ``ExportConfig`` and ``CompilerConfig`` refuse it; so is anything else.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and type(value) is not int and value in (0, 1):
+        return value == 1
+    return None
