@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from npu_graph_export import DEFAULT_EMBED_LIMIT_BYTES, ExportConfig, dynamo_export, runtime
+from npu_graph_export import (
+    DEFAULT_EMBED_LIMIT_BYTES,
+    ConfigError,
+    ExportConfig,
+    dynamo_export,
+    runtime,
+)
 from npu_graph_export._config import resolve_config
 from npu_graph_export._proto import ge_ir_pb2 as ge
 
@@ -20,36 +27,88 @@ def test_defaults_follow_the_2gb_rule() -> None:
     assert resolve_config(None) == ExportConfig()
 
 
-def test_torchair_spelling_reads_and_writes_the_options() -> None:
-    config = ExportConfig()
-    config.export.experimental.auto_atc_config_generated = True
-    config.export.experimental.enable_record_nn_module_stack = True
-    assert config.auto_atc_config_generated
-    assert config.enable_record_nn_module_stack
-    assert config.export.experimental.enable_record_nn_module_stack is True
+def test_torchair_spelling_reads_the_options_and_assignment_says_what_to_do() -> None:
+    config = ExportConfig(auto_atc_config_generated=True)
+    assert config.export.experimental.auto_atc_config_generated is True
+    assert config.export.experimental.enable_record_nn_module_stack is False
+    for name in ("auto_atc_config_generated", "enable_record_nn_module_stack"):
+        with pytest.raises(ConfigError, match=rf"frozen.*ExportConfig\({name}=True\)") as info:
+            setattr(config.export.experimental, name, False)
+        assert "dataclasses.replace" in str(info.value)
+        assert "npu_compile.CompilerConfig" in str(info.value)
+    with pytest.raises(ConfigError, match="frozen"):
+        config.export.experimental = SimpleNamespace()  # type: ignore[assignment]
+    assert config == ExportConfig(auto_atc_config_generated=True)  # nothing changed
     with pytest.raises(AttributeError, match="no option"):
         config.export.experimental.frozen_parameter = True
+    with pytest.raises(AttributeError, match="no option"):
+        _ = config.export.experimental.frozen_parameter
+
+
+def test_export_config_is_frozen_and_replace_is_checked() -> None:
+    config = ExportConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.enable_record_nn_module_stack = True  # type: ignore[misc]
+    assert resolve_config(config) == ExportConfig()
+    changed = dataclasses.replace(config, enable_record_nn_module_stack=True)
+    assert changed.enable_record_nn_module_stack is True
+    assert config.enable_record_nn_module_stack is False
+    with pytest.raises(ConfigError, match="embed_limit_bytes"):
+        dataclasses.replace(config, embed_limit_bytes=-1)
+    with pytest.raises(ConfigError, match="auto_atc_config_generated"):
+        dataclasses.replace(config, auto_atc_config_generated="0")  # type: ignore[arg-type]
+
+
+def _foreign(**options: object) -> SimpleNamespace:
+    values = {"auto_atc_config_generated": False, "enable_record_nn_module_stack": False}
+    return SimpleNamespace(export=SimpleNamespace(experimental=SimpleNamespace(**values | options)))
 
 
 def test_foreign_compiler_config_is_read_by_attribute() -> None:
-    foreign = SimpleNamespace(
-        export=SimpleNamespace(
-            experimental=SimpleNamespace(
-                auto_atc_config_generated=True, enable_record_nn_module_stack=False
-            )
-        )
-    )
-    resolved = resolve_config(foreign)
+    resolved = resolve_config(_foreign(auto_atc_config_generated=True))
     assert resolved.auto_atc_config_generated
     assert not resolved.enable_record_nn_module_stack
     assert resolved.embed_limit_bytes == DEFAULT_EMBED_LIMIT_BYTES
+    # An option the foreign object lacks is off.
+    bare = SimpleNamespace(export=SimpleNamespace(experimental=SimpleNamespace()))
+    assert resolve_config(bare) == ExportConfig()
 
 
-def test_resolved_config_is_a_snapshot() -> None:
-    config = ExportConfig()
-    resolved = resolve_config(config)
-    config.enable_record_nn_module_stack = True
+class BoolView(int):
+    """How npu-compile's CompilerConfig reads a boolean back: an int 0/1 printed as a bool."""
+
+    def __repr__(self) -> str:
+        return repr(bool(self))
+
+
+def test_foreign_bool_views_count_as_bools() -> None:
+    resolved = resolve_config(
+        _foreign(auto_atc_config_generated=BoolView(1), enable_record_nn_module_stack=BoolView(0))
+    )
+    assert resolved.auto_atc_config_generated is True
     assert resolved.enable_record_nn_module_stack is False
+    with pytest.raises(ConfigError, match="auto_atc_config_generated must be True or False"):
+        resolve_config(_foreign(auto_atc_config_generated=BoolView(2)))
+
+
+@pytest.mark.parametrize("value", ["0", "False", "", 1, 0, None, np.bool_(True)])
+@pytest.mark.parametrize("name", ["auto_atc_config_generated", "enable_record_nn_module_stack"])
+def test_foreign_config_options_must_be_real_bools(name: str, value: object) -> None:
+    # bool("0") is True: a string from an environment variable or a file would turn it on.
+    with pytest.raises(ConfigError, match=rf"export\.experimental\.{name} must be True or False"):
+        resolve_config(_foreign(**{name: value}))
+
+
+def test_a_string_option_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match="enable_record_nn_module_stack"):
+        dynamo_export(
+            torch.randn(3, 8),
+            model=Two(),
+            export_path=out,
+            config=_foreign(enable_record_nn_module_stack="0"),
+        )
+    assert not out.exists()
 
 
 class Two(torch.nn.Module):

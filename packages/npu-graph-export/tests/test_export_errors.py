@@ -148,11 +148,16 @@ def test_failed_export_leaves_a_previous_export_intact(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-def test_non_module_and_bad_config_are_type_errors(tmp_path: Path) -> None:
+def test_non_module_is_a_type_error_and_bad_config_a_config_error(tmp_path: Path) -> None:
+    from npu_graph_export import ConfigError
+
     with pytest.raises(TypeError, match=r"nn\.Module"):
         dynamo_export(torch.randn(2), model=lambda x: x, export_path=tmp_path)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"export\.experimental"):
+    with pytest.raises(ConfigError, match=r"export\.experimental") as info:
         dynamo_export(torch.randn(2, 4), model=Small(), export_path=tmp_path, config=object())
+    # A ValueError only, as in every npu package: callers catch one builtin for a bad option.
+    assert isinstance(info.value, ValueError)
+    assert not isinstance(info.value, TypeError)
     with pytest.raises(ValueError, match="embed_limit_bytes"):
         ExportConfig(embed_limit_bytes=-1)
 

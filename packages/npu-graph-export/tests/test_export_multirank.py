@@ -22,7 +22,7 @@ SEED_SCRIPT = textwrap.dedent(
 
     import torch
     import npu_graph_export as torchair
-    from npu_graph_export import ExportConfig as CompilerConfig
+    from npu_graph_export import ExportConfig
 
 
     class AllReduceSingeGroup(torch.nn.Module):
@@ -63,10 +63,13 @@ SEED_SCRIPT = textwrap.dedent(
         x = torch.ones([2, 2], dtype=torch.int32)
         y = torch.ones([2, 2], dtype=torch.int32)
         mod = AllReduceSingeGroup()
-        config = CompilerConfig()
-        config.export.experimental.auto_atc_config_generated = True
-        config.export.experimental.enable_record_nn_module_stack = True
-        config.embed_limit_bytes = 0  # the seed's tree shows p1/p2 as weight files
+        # The seed sets these on a CompilerConfig; ExportConfig is frozen and takes them when
+        # built (npu_compile.CompilerConfig keeps the TorchAir assignments).
+        config = ExportConfig(
+            auto_atc_config_generated=True,
+            enable_record_nn_module_stack=True,
+            embed_limit_bytes=0,  # the seed's tree shows p1/p2 as weight files
+        )
         torchair.dynamo_export(x, y, model=mod, dynamic=True, export_path="./mp",
                                export_name="mp_rank", config=config)
         # A CompilerConfig-like object from another package works the same way.

@@ -278,3 +278,17 @@ def test_token_ids_past_the_vocabulary_are_an_input_error(tmp_path: Path) -> Non
         loaded.run(np.array([[0, 12, 3], [1, 2, 3]]))
     (out,) = loaded.run(np.array([[0, 9, 3], [1, 2, 3]]))
     np.testing.assert_array_equal(out[0, 1], model.weight.detach().numpy()[9])
+
+
+def test_kernel_table_is_assembled_once_without_duplicates() -> None:
+    # The families register into one table; a second kernel for one op type fails at import
+    # instead of silently replacing the first.
+    from npu_graph_export._opdefs import OPS
+    from npu_graph_export.runtime._kernels import KERNELS
+    from npu_graph_export.runtime._kernels._base import register
+
+    assert set(KERNELS) <= set(OPS)
+    add = KERNELS["Add"]
+    with pytest.raises(RuntimeError, match=r"two reference kernels.*'Add'"):
+        register("Add", add)
+    assert KERNELS["Add"] is add

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from npu_graph_export.errors import ConfigError
@@ -12,37 +12,58 @@ DEFAULT_EMBED_LIMIT_BYTES = (2048 - 200) * 1024 * 1024
 
 protobuf cannot serialise messages over 2 GiB; 200 MiB are kept free for the graph itself."""
 
+_EXPERIMENTAL = ("auto_atc_config_generated", "enable_record_nn_module_stack")
+"""The options TorchAir keeps under ``config.export.experimental``."""
+
 
 class _Experimental:
-    """``config.export.experimental`` view of an :class:`ExportConfig` (TorchAir spelling)."""
+    """Read-only ``config.export.experimental`` view of an :class:`ExportConfig`."""
 
-    _FIELDS = ("auto_atc_config_generated", "enable_record_nn_module_stack")
+    __slots__ = ("_config",)
 
     def __init__(self, config: ExportConfig) -> None:
         object.__setattr__(self, "_config", config)
 
     def __getattr__(self, name: str) -> Any:
-        if name in self._FIELDS:
+        if name in _EXPERIMENTAL:
             return getattr(self._config, name)
-        raise AttributeError(name)
+        raise AttributeError(f"export.experimental has no option {name!r}")
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name not in self._FIELDS:
+    def __setattr__(self, name: str, value: object) -> None:
+        if name not in _EXPERIMENTAL:
             raise AttributeError(f"export.experimental has no option {name!r}")
-        setattr(self._config, name, bool(value))
+        raise ConfigError(
+            f"ExportConfig is frozen, export.experimental.{name} cannot be assigned: build it as "
+            f"ExportConfig({name}=True), derive one with dataclasses.replace(config, {name}=True),"
+            " or pass an npu_compile.CompilerConfig (TorchAir spelling) as config="
+        )
 
 
 class _ExportSection:
+    """Read-only ``config.export`` view of an :class:`ExportConfig`."""
+
+    __slots__ = ("experimental",)
+    experimental: _Experimental
+
     def __init__(self, config: ExportConfig) -> None:
-        self.experimental = _Experimental(config)
+        object.__setattr__(self, "experimental", _Experimental(config))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise ConfigError(
+            f"ExportConfig is frozen, export.{name} cannot be assigned: give the options to "
+            "ExportConfig(...) or dataclasses.replace, or pass an npu_compile.CompilerConfig "
+            "(TorchAir spelling) as config="
+        )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExportConfig:
-    """Options of :func:`dynamo_export`.
+    """Options of :func:`dynamo_export`, checked when built (frozen).
 
-    The TorchAir spelling works too, so scripts written for ``torchair.CompilerConfig`` port by
-    renaming: ``config.export.experimental.auto_atc_config_generated = True``.
+    Give the options to the constructor, or derive a changed copy with ``dataclasses.replace``;
+    a wrong value is a :class:`~npu_graph_export.ConfigError` at once. The TorchAir spelling
+    ``config.export.experimental.<option>`` reads the options; to set them in that spelling,
+    pass an ``npu_compile.CompilerConfig`` as ``config=`` instead.
 
     Attributes:
         auto_atc_config_generated: In a distributed export, rank 0 also writes
@@ -52,6 +73,15 @@ class ExportConfig:
         embed_limit_bytes: When the ``.air`` with every weight embedded would be longer than
             this many bytes, every weight becomes a ``FileConstant`` backed by a raw file;
             otherwise all are embedded ``Const``.
+
+    Example:
+        >>> import dataclasses
+        >>> from npu_graph_export import ExportConfig
+        >>> config = ExportConfig(enable_record_nn_module_stack=True)
+        >>> config.export.experimental.enable_record_nn_module_stack
+        True
+        >>> dataclasses.replace(config, embed_limit_bytes=0).embed_limit_bytes
+        0
     """
 
     auto_atc_config_generated: bool = False
@@ -59,11 +89,11 @@ class ExportConfig:
     embed_limit_bytes: int = DEFAULT_EMBED_LIMIT_BYTES
 
     def __post_init__(self) -> None:
-        for name in ("auto_atc_config_generated", "enable_record_nn_module_stack"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(
-                    f"ExportConfig.{name} must be True or False, got {getattr(self, name)!r}"
-                )
+        for name in _EXPERIMENTAL:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                # A string such as "0" or "False" is truthy: it would silently turn the option on.
+                raise ConfigError(f"ExportConfig.{name} must be True or False, got {value!r}")
         limit = self.embed_limit_bytes
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise ConfigError(f"ExportConfig.embed_limit_bytes must be an int, got {limit!r}")
@@ -75,7 +105,7 @@ class ExportConfig:
 
     @property
     def export(self) -> _ExportSection:
-        """TorchAir-style access: ``config.export.experimental.<option>``."""
+        """TorchAir-style read access: ``config.export.experimental.<option>``."""
         return _ExportSection(self)
 
 
@@ -84,21 +114,41 @@ def resolve_config(config: Any) -> ExportConfig:
 
     A foreign object only needs ``config.export.experimental.auto_atc_config_generated`` and
     ``.enable_record_nn_module_stack`` (npu-compile's ``CompilerConfig`` has them), so this
-    package never imports npu-compile.
+    package never imports npu-compile. Their values must be ``True`` or ``False``.
     """
     if config is None:
         return ExportConfig()
     if isinstance(config, ExportConfig):
-        return replace(config)  # a snapshot: later edits by the caller do not leak in
+        return config  # frozen: the caller cannot change it during the export
     experimental = getattr(getattr(config, "export", None), "experimental", None)
     if experimental is None:
         raise ConfigError(
             f"config must be an ExportConfig or have config.export.experimental (a CompilerConfig),"
             f" got {type(config).__name__}"
         )
-    return ExportConfig(
-        auto_atc_config_generated=bool(getattr(experimental, "auto_atc_config_generated", False)),
-        enable_record_nn_module_stack=bool(
-            getattr(experimental, "enable_record_nn_module_stack", False)
-        ),
-    )
+    values: dict[str, bool] = {}
+    for name in _EXPERIMENTAL:
+        value = getattr(experimental, name, False)
+        flag = _flag(value)
+        if flag is None:
+            # Never bool(value): the string "0" would turn the option on.
+            raise ConfigError(
+                f"config.export.experimental.{name} must be True or False, got {value!r}; "
+                "set it to a bool"
+            )
+        values[name] = flag
+    return ExportConfig(**values)
+
+
+def _flag(value: object) -> bool | None:
+    """``value`` as a flag when it is one: a bool, or a bool-like ``int`` subclass of 0 or 1.
+
+    npu-compile's ``CompilerConfig`` reads its booleans back as such a subclass (``bool`` cannot
+    be subclassed, and the value also carries TorchAir's ``.value`` string). A plain ``1`` is
+    refused, as ``ExportConfig`` and ``CompilerConfig`` refuse it; so is anything else.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and type(value) is not int and value in (0, 1):
+        return value == 1
+    return None

@@ -155,7 +155,8 @@ def dynamo_export(
             (-1 in the graph) where the model allows it; ``False`` keeps the example shapes.
         config: An :class:`ExportConfig`, or any object with
             ``config.export.experimental.auto_atc_config_generated`` and
-            ``.enable_record_nn_module_stack`` (such as ``npu_compile.CompilerConfig``).
+            ``.enable_record_nn_module_stack`` set to ``True`` or ``False`` (such as
+            ``npu_compile.CompilerConfig``).
         dynamic_dims: Dimensions to export as dynamic whatever ``dynamic`` says, by forward()
             argument name: ``{"input_ids": [0]}`` exports a dynamic batch from a batch-1
             example. Dimensions marked with ``torch._dynamo.mark_dynamic`` count too.
@@ -165,7 +166,8 @@ def dynamo_export(
         The paths written, as an :class:`ExportResult`.
 
     Raises:
-        ConfigError: ``export_path`` is empty or contains a NUL byte.
+        ConfigError: ``export_path`` is empty or contains a NUL byte; ``config`` is not a
+            config, or one of its options is not ``True`` or ``False``.
         ExportPathError: unsafe ``export_path``/``export_name`` (a symbolic link at any level
             below ``export_path``'s parent, an escaping path).
         ExportWriteError: a file cannot be written (full disk, file size limit, permissions);

@@ -107,7 +107,11 @@ class MemoryLimitError(NpuGraphExportError, MemoryError):
     code: ClassVar[str] = "memory-limit"
 
 
-class ConfigError(NpuGraphExportError, ValueError, TypeError):
-    """An export option has a wrong value or type (``ExportConfig``, ``config=``)."""
+class ConfigError(NpuGraphExportError, ValueError):
+    """An export option has a wrong value or type (``ExportConfig``, ``config=``).
+
+    A ``ValueError`` only, as in every npu package: an option of the wrong type is still a bad
+    option value.
+    """
 
     code: ClassVar[str] = "config"

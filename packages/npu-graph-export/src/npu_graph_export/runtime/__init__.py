@@ -23,7 +23,7 @@ Example:
 
 from __future__ import annotations
 
-from npu_graph_export.runtime import _nn_kernels  # noqa: F401  (registers the NCHW kernels)
-from npu_graph_export.runtime._model import Model, TensorInfo, load
+from npu_graph_export.runtime._model import Model, load
+from npu_graph_export.runtime._parse import TensorInfo
 
 __all__ = ["load", "Model", "TensorInfo"]

@@ -232,7 +232,7 @@ def estimate_output_bytes(op: ge.OpDef, args: Sequence[Array]) -> int:
             cols = max(x2.shape[-2:])
             size = math.prod(batch) * rows * cols * 2  # product, then the bias add
     elif kind in {"Conv2D", "MaxPoolV3", "AvgPoolV2"}:
-        from npu_graph_export.runtime._nn_kernels import output_shape, padded_elements
+        from npu_graph_export.runtime._kernels.nn import output_shape, padded_elements
 
         out = output_shape(op, args)
         if out is not None:

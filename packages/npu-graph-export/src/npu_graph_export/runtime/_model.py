@@ -1,24 +1,21 @@
-"""Load and check a GE model, then execute it op by op with the numpy kernels."""
+"""A loaded GE model and its execution, op by op, with the numpy kernels.
+
+Loading reads the file (``_parse``), checks the graph (``_validate``) and reads its constants
+(``_weights``); :meth:`Model.run` then checks the inputs and runs each op's kernel in order.
+"""
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from google.protobuf.message import DecodeError
 
-from npu_graph_export import _confine
-from npu_graph_export._dtypes import WIDENED, dtype_name, element_size, proto_of_attr, widen
-from npu_graph_export._graph import DIMS_ATTR, UNFED_ATTR
-from npu_graph_export._opdefs import OPS
+from npu_graph_export._dtypes import dtype_name
 from npu_graph_export._proto import ge_ir_pb2 as ge
 from npu_graph_export.errors import (
-    ExportPathError,
     MemoryLimitError,
     ModelFormatError,
     NpuGraphExportError,
@@ -39,62 +36,24 @@ from npu_graph_export.runtime._kernels import (
     KernelValueError,
     numpy_dtype,
 )
-
-MAX_MODEL_BYTES = 1 << 31
-"""protobuf cannot hold more; anything larger is not an .air file we could have written."""
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """Name, GE dtype and shape (-1: dynamic) of a model input or output."""
-
-    name: str
-    dtype: int
-    shape: tuple[int, ...]
-
-    @property
-    def numpy_dtype(self) -> np.dtype[Any]:
-        """The numpy dtype the runtime uses for this tensor.
-
-        Raises:
-            ModelFormatError: the reference runtime cannot hold this data type.
-        """
-        try:
-            return numpy_dtype(self.dtype)
-        except KernelError as error:
-            raise ModelFormatError(
-                f"{self}: data type {dtype_name(self.dtype)} is not supported by the reference "
-                "runtime; run this model with ATC/GE"
-            ) from error
-
-    def __str__(self) -> str:
-        return f"{self.name}: {dtype_name(self.dtype)}{list(self.shape)}"
-
-
-def _bad(path: object, message: str) -> ModelFormatError:
-    return ModelFormatError(
-        f"{path}: {message}; the file is not a valid GE model written by dynamo_export "
-        "(re-export it, or check that the whole file was copied)"
-    )
-
-
-def _decode(raw: bytes, dtype: int, shape: Sequence[int], where: str) -> Array:
-    size = element_size(dtype)
-    if size is None:
-        raise ModelFormatError(f"{where}: data type {dtype_name(dtype)} is not supported")
-    if any(d < 0 for d in shape):
-        raise ModelFormatError(f"{where}: constant with negative dimension {list(shape)}")
-    count = math.prod(shape)
-    # No element cap here: the bytes are already in memory, and a weight of 2**28+ elements
-    # (a large embedding) is legitimate.
-    if count * size != len(raw):
-        raise ModelFormatError(
-            f"{where}: holds {len(raw)} bytes but {dtype_name(dtype)}{list(shape)} needs "
-            f"{count * size}"
-        )
-    if dtype in WIDENED:
-        return widen(raw, dtype).reshape(shape)
-    return np.frombuffer(raw, dtype=numpy_dtype(dtype).newbyteorder("<")).reshape(shape)
+from npu_graph_export.runtime._parse import (
+    INPUT_TYPES,
+    TensorInfo,
+    bad,
+    dim_symbols,
+    find_air,
+    input_infos,
+    net_output,
+    parse_edges,
+    read_model,
+)
+from npu_graph_export.runtime._validate import (
+    check_edge_dtypes,
+    check_ops,
+    collective_ranks,
+    topological_order,
+)
+from npu_graph_export.runtime._weights import load_constants
 
 
 class Model:
@@ -123,249 +82,31 @@ class Model:
         self.path = path
         self.max_bytes = check_max_bytes(max_bytes)
         # What loading holds: the parsed model, then each constant as it is decoded.
-        self._budget = Budget(self.max_bytes)
-        self._budget.reserve(model.ByteSize(), f"{path}: the parsed model")
+        budget = Budget(self.max_bytes)
+        budget.reserve(model.ByteSize(), f"{path}: the parsed model")
         if not model.graph:
-            raise _bad(path, "it holds no graph")
+            raise bad(path, "it holds no graph")
         self.graph = model.graph[0]
         self._comm = Collectives(collectives, rank)
-        self._weights_dir = weights_dir
-        self._ops: dict[str, ge.OpDef] = {}
-        for op in self.graph.op:
-            if op.name in self._ops:
-                raise _bad(path, f"two ops are named {op.name!r}")
-            if op.type not in OPS or (op.type not in KERNELS and op.type not in _STRUCTURAL):
-                raise _bad(path, f"op {op.name!r} has type {op.type!r}, which is not supported")
-            self._ops[op.name] = op
-        self._edges = {name: self._parse_inputs(op) for name, op in self._ops.items()}
-        self._check_edge_dtypes()
-        self._order = self._topological_order()
-        outputs = [op for op in self.graph.op if op.type == "NetOutput"]
-        if len(outputs) != 1:
-            raise _bad(path, f"expected one NetOutput op, found {len(outputs)}")
-        self._net_output = outputs[0]
-        self.inputs = self._input_infos()
-        self._dim_symbols = [self._symbols_of(info) for info in self.inputs]
+        self._ops = check_ops(self.graph, path)
+        self._edges = {name: parse_edges(op, self._ops, path) for name, op in self._ops.items()}
+        check_edge_dtypes(self._ops, self._edges, path)
+        self._order = topological_order(self._ops, self._edges, path)
+        self._net_output = net_output(self.graph, path)
+        self.inputs = input_infos(self.graph, path)
+        self._dim_symbols = [dim_symbols(self._ops[info.name], info) for info in self.inputs]
         self.outputs = [
             TensorInfo(f"output{i}", desc.dtype, tuple(desc.shape.dim))
             for i, desc in enumerate(self._net_output.input_desc)
         ]
-        self._group_ranks = self._collective_ranks(collectives, rank)
-        self._constants = {
-            op.name: self._load_constant(op)
-            for op in self.graph.op
-            if op.type in {"Const", "FileConstant"}
-        }
-        self._held = self._budget.used
+        self._group_ranks = collective_ranks(self.graph, collectives, rank, path)
+        self._constants = load_constants(self.graph, path, weights_dir, budget)
+        self._held = budget.used
 
     @property
     def held_bytes(self) -> int:
         """Bytes the loaded model holds (parsed graph and constants), part of ``max_bytes``."""
         return self._held
-
-    # -- loading checks ------------------------------------------------------------------------
-
-    def _parse_inputs(self, op: ge.OpDef) -> list[tuple[str, int]]:
-        edges: list[tuple[str, int]] = []
-        unfed = [
-            position
-            for position, ref in enumerate(op.input)
-            if not ref
-            and position < len(op.input_desc)
-            and UNFED_ATTR in op.input_desc[position].attr
-        ]
-        # Unfed optional inputs ("" plus a marked descriptor) are skipped; only trailing ones
-        # are supported, so the fed inputs keep their positions.
-        if unfed and any(ref and not ref.endswith(":-1") for ref in op.input[unfed[0] :]):
-            raise _bad(self.path, f"op {op.name!r} has an unfed optional input before a fed one")
-        for position, ref in enumerate(op.input):
-            if position in unfed:
-                continue
-            producer, sep, index_text = ref.rpartition(":")
-            try:
-                index = int(index_text)
-            except ValueError:
-                index = -2
-            if not sep or producer not in self._ops or index < -1:
-                raise _bad(self.path, f"op {op.name!r} has a broken input {ref!r}")
-            if index >= 0 and index >= max(len(self._ops[producer].output_desc), 1):
-                raise _bad(self.path, f"op {op.name!r} reads missing output {ref!r}")
-            edges.append((producer, index))
-        return edges
-
-    def _check_edge_dtypes(self) -> None:
-        # The runtime casts each result to its op's declared output dtype: a declaration that
-        # disagrees with what the consumer (or NetOutput) declares reading would silently turn
-        # the numbers into another type (a float result into int8), so refuse the graph.
-        for name, edges in self._edges.items():
-            consumer = self._ops[name]
-            data_edges = [(p, i) for p, i in edges if i >= 0]
-            for position, (producer, index) in enumerate(data_edges):
-                outputs = self._ops[producer].output_desc
-                if position >= len(consumer.input_desc) or index >= len(outputs):
-                    continue
-                made, read = outputs[index].dtype, consumer.input_desc[position].dtype
-                if made and read and made != read:
-                    raise _bad(
-                        self.path,
-                        f"op {producer!r} declares output {index} as {dtype_name(made)} but "
-                        f"{name!r} reads it as {dtype_name(read)} (input {position})",
-                    )
-
-    def _collective_ranks(self, collectives: str, rank: int) -> dict[str, int]:
-        """This process's position in each collective's group (the chunk reduce-scatter keeps)."""
-        positions: dict[str, int] = {}
-        if collectives != "replicated":
-            return positions  # collectives raise when run
-        for op in self.graph.op:
-            if not op.type.startswith("Hcom"):
-                continue
-            members = _group_members(op)
-            if members is None:
-                continue  # an HCCL group name: its size and members are GE's to know
-            if rank not in members:
-                raise RuntimeInputError(
-                    f"{self.path}: rank {rank} is not a member of the group of {op.type} "
-                    f"{op.name!r} (ranks {members}); pass rank= (--rank) of a member"
-                )
-            positions[op.name] = members.index(rank)
-        return positions
-
-    def _topological_order(self) -> list[str]:
-        pending = {name: len({p for p, _ in edges}) for name, edges in self._edges.items()}
-        users: dict[str, list[str]] = {name: [] for name in self._ops}
-        for name, edges in self._edges.items():
-            for producer in {p for p, _ in edges}:
-                users[producer].append(name)
-        ready = [name for name, count in pending.items() if count == 0]
-        order: list[str] = []
-        while ready:
-            name = ready.pop()
-            order.append(name)
-            for user in users[name]:
-                pending[user] -= 1
-                if pending[user] == 0:
-                    ready.append(user)
-        if len(order) != len(self._ops):
-            raise _bad(self.path, "the graph has a cycle")
-        return order
-
-    def _input_infos(self) -> list[TensorInfo]:
-        data = [op for op in self.graph.op if op.type in _INPUT_TYPES]
-        indices = sorted(int(op.attr["index"].i) if "index" in op.attr else -1 for op in data)
-        if indices != list(range(len(data))):
-            raise _bad(self.path, f"Data op indices {indices} are not 0..{len(data) - 1}")
-        data.sort(key=lambda op: int(op.attr["index"].i))
-        infos = []
-        for op in data:
-            if not op.output_desc:
-                raise _bad(self.path, f"Data op {op.name!r} has no output description")
-            desc = op.output_desc[0]
-            if any(d < -1 for d in desc.shape.dim) and list(desc.shape.dim) != [-2]:
-                raise _bad(self.path, f"Data op {op.name!r} has an invalid shape")
-            infos.append(TensorInfo(op.name, desc.dtype, tuple(desc.shape.dim)))
-        return infos
-
-    def _symbols_of(self, info: TensorInfo) -> list[str]:
-        op = self._ops[info.name]
-        if DIMS_ATTR not in op.attr:
-            return []
-        symbols = bytes(op.attr[DIMS_ATTR].s).decode("utf-8", "replace").split(",")
-        return symbols if len(symbols) == len(info.shape) else []  # not ours: ignore
-
-    def _weight_file(self, recorded: str) -> tuple[Path, Path]:
-        # An export directory is self-contained: the files beside the .air (``<name>`` or
-        # ``rank_<r>/<name>``) belong to it, even when the recorded path (relative to the
-        # directory ATC runs from, or absolute) names another export's file of the same name.
-        # Longest tail first: a ``p1`` beside the .air may be left over from an earlier
-        # single-rank export into the same directory, while ``rank_0/p1`` is this rank's.
-        # The recorded directory itself is never read: a model file may name any path
-        # (``/etc/shadow``, ``../../key``), and only the model's own directory (or the
-        # weights_dir the caller chose) is trusted, without a link anywhere below it.
-        # Returns the trusted directory and the file in it.
-        path = Path(recorded)
-        candidates: list[Path] = []
-        refused: list[str] = []
-        roots = [r for r in (self._weights_dir, self.path.parent) if r is not None]
-        for root in roots:
-            for k in range(min(len(path.parts), 2), 0, -1):
-                tail = path.parts[-k:]
-                if any(part in {"..", "."} or part == path.anchor for part in tail):
-                    continue
-                candidate = root.joinpath(*tail)
-                try:
-                    if _confine.check(root, candidate) and candidate.is_file():
-                        return root, candidate
-                except ExportPathError:  # a link at some level: never followed
-                    refused.append(str(candidate))
-                    continue
-                except (OSError, ValueError):  # NUL byte, too long
-                    continue
-                candidates.append(candidate)
-        if refused:
-            raise ModelFormatError(
-                f"{self.path}: weight file {recorded!r}: {', '.join(refused)} is or passes "
-                "through a symbolic link; the runtime never follows links inside the model "
-                "directory or weights_dir: copy the real file there"
-            )
-        raise ModelFormatError(
-            f"{self.path}: weight file {recorded!r} not found (looked at "
-            f"{', '.join(str(c) for c in candidates) or 'no usable path'}); weights are only read"
-            " from the model's directory: copy the weight files with the .air or pass weights_dir="
-        )
-
-    def _load_constant(self, op: ge.OpDef) -> Array:
-        where = f"{self.path}: {op.type} {op.name!r}"
-        if op.type == "Const":
-            if "value" not in op.attr or op.attr["value"].WhichOneof("value") != "t":
-                raise ModelFormatError(f"{where} has no tensor value")
-            tensor = op.attr["value"].t
-            declared = op.output_desc[0].dtype if op.output_desc else 0
-            if declared and tensor.desc.dtype != declared:
-                # The bytes would be read as another type: silently different numbers.
-                raise ModelFormatError(
-                    f"{where} holds {dtype_name(tensor.desc.dtype)} data but declares its output"
-                    f" as {dtype_name(declared)}"
-                )
-            shape = list(tensor.desc.shape.dim)
-            value = _decode(tensor.data, tensor.desc.dtype, shape, where)
-            self._reserve_constant(shape, tensor.desc.dtype, where)
-            return value
-        needed = ("shape", "dtype", "file_path")
-        if any(key not in op.attr for key in needed):
-            raise ModelFormatError(f"{where} lacks one of the attributes {needed}")
-        shape = [int(d) for d in op.attr["shape"].list.i]
-        # FileConstant.dtype holds a ge::DataType value, not the descriptor's proto enum.
-        dtype = proto_of_attr(int(op.attr["dtype"].dt))
-        if dtype is None:
-            raise ModelFormatError(
-                f"{where}: attribute dtype {int(op.attr['dtype'].dt)} is not a supported "
-                "ge::DataType"
-            )
-        recorded = bytes(op.attr["file_path"].s).decode("utf-8", "replace")
-        root, file = self._weight_file(recorded)
-        size = element_size(dtype)
-        expected = math.prod(shape) * (size or 0)
-        with open(_confine.open_file(root, file), "rb") as handle:  # no link, as checked
-            actual = os.fstat(handle.fileno()).st_size
-            if size is None or any(d < 0 for d in shape) or actual != expected:
-                raise ModelFormatError(
-                    f"{where}: {file} has {actual} bytes, expected {expected} for "
-                    f"{dtype_name(dtype)}{shape}"
-                )
-            self._reserve_constant(shape, dtype, where)
-            raw = handle.read()
-        return _decode(raw, dtype, shape, where)
-
-    def _reserve_constant(self, shape: list[int], dtype: int, where: str) -> None:
-        count = math.prod(shape) if all(d >= 0 for d in shape) else 0
-        raw = count * (element_size(dtype) or 0)
-        try:
-            computed = count * numpy_dtype(dtype).itemsize
-        except KernelError:
-            computed = raw
-        # The raw bytes, plus the copy a type numpy lacks (bf16) is widened to.
-        self._budget.reserve(raw + (computed if computed != raw else 0), where)
 
     # -- execution -----------------------------------------------------------------------------
 
@@ -456,7 +197,7 @@ class Model:
                 budget.reserve(sum(a.nbytes for a in args), "copying the outputs")
                 return [np.array(a, copy=True) for a in args]
             values[name] = self._execute(op, args, by_name, budget)
-        raise _bad(self.path, "NetOutput is unreachable")
+        raise bad(self.path, "NetOutput is unreachable")
 
     def _execute(
         self, op: ge.OpDef, args: list[Array], data: dict[str, Array], budget: Budget
@@ -465,7 +206,7 @@ class Model:
             # A snapshot, so that ops reading the old value are unaffected by the Assign.
             budget.reserve(data[op.name].nbytes, f"a snapshot of input {op.name!r}")
             return [np.array(data[op.name], copy=True)]
-        if op.type in _INPUT_TYPES:
+        if op.type in INPUT_TYPES:
             return [data[op.name]]
         if op.type in {"Const", "FileConstant"}:
             return [self._constants[op.name]]
@@ -525,27 +266,6 @@ class Model:
         return result.astype(want, copy=False)
 
 
-def _group_members(op: ge.OpDef) -> list[int] | None:
-    """The global ranks of a collective's group, in group order, when the graph says them.
-
-    From the ``ranklist`` attribute, else the ``rank_list=`` part of a non-HCCL group name
-    (``tag=...;rank_list=0,1``), else ``0..rank_size-1``; None when nothing says.
-    """
-    if "ranklist" in op.attr and op.attr["ranklist"].list.i:
-        return [int(r) for r in op.attr["ranklist"].list.i]
-    group = bytes(op.attr["group"].s).decode("utf-8", "replace") if "group" in op.attr else ""
-    for part in group.split(";"):
-        key, _, ranks = part.partition("=")
-        if key.strip() == "rank_list" and ranks:
-            try:
-                return [int(r) for r in ranks.split(",")]
-            except ValueError:
-                return None  # the kernel refuses the group
-    if "rank_size" in op.attr:
-        return list(range(max(int(op.attr["rank_size"].i), 0)))
-    return None
-
-
 def _narrow(array: Array, want: np.dtype[Any], info: TensorInfo) -> Array:
     """``array`` converted to ``want``, refusing values the narrower type cannot hold."""
     if array.size and want.kind in "iu" and array.dtype.kind in "iub":
@@ -566,33 +286,6 @@ def _narrow(array: Array, want: np.dtype[Any], info: TensorInfo) -> Array:
                 "values that fit"
             )
     return converted
-
-
-_INPUT_TYPES = frozenset({"Data", "RefData"})
-_STRUCTURAL = frozenset({"Data", "RefData", "Const", "FileConstant", "NetOutput"})
-
-
-def _find_air(path: Path, rank: int | None) -> Path:
-    if path.is_file():
-        return path
-    if path.is_dir():
-        found = sorted(path.glob("*.air"))
-        if rank is not None:
-            # <name><rank>.air: with 12 ranks, "1" also ends "mp_rank11", so first look for the
-            # exact name after the prefix that every rank's file shares ("mp_rank").
-            stems = [p.stem for p in found]
-            prefix = min(stems, key=len) if stems else ""
-            while any(not stem.startswith(prefix) for stem in stems):
-                prefix = prefix[:-1]
-            exact = [p for p in found if p.stem == f"{prefix}{rank}"]
-            found = exact or [p for p in found if p.stem.endswith(str(rank))]
-        if len(found) == 1:
-            return found[0]
-        raise ModelFormatError(
-            f"{path}: expected exactly one .air file{'' if rank is None else f' for rank {rank}'}"
-            f", found {[p.name for p in found]}; pass the .air file itself"
-        )
-    raise ModelFormatError(f"{path}: no such file or directory")
 
 
 def load(
@@ -628,24 +321,8 @@ def load(
     """
     limit = check_max_bytes(max_bytes)
     given = Path(path)
-    air = _find_air(given, rank)
-    # A directory is trusted as given, not a link below it (an .air found there); a file named
-    # by the caller is the caller's choice.
-    try:
-        fd = _confine.open_file(given, air) if air != given else os.open(air, os.O_RDONLY)
-    except ExportPathError as error:
-        raise _bad(air, f"it is not read ({error})") from error
-    with open(fd, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size >= MAX_MODEL_BYTES:
-            raise _bad(air, f"it is {size} bytes, over protobuf's 2 GiB limit")
-        # The file's bytes and the parsed message are both held while parsing.
-        Budget(limit).check(2 * size, f"{air}: reading the model")
-        model = ge.ModelDef()
-        try:
-            model.ParseFromString(handle.read())
-        except (DecodeError, ValueError, RuntimeError) as error:
-            raise _bad(air, f"protobuf could not parse it ({error})") from error
+    air = find_air(given, rank)
+    model = read_model(given, air, limit)
     if collectives not in {"error", "replicated"}:
         raise ValueError(f"collectives must be 'error' or 'replicated', got {collectives!r}")
     try:
@@ -665,4 +342,4 @@ def load(
             "smaller max_bytes (--max-bytes) so that loading is refused before allocating"
         ) from e
     except (KernelError, ValueError, KeyError, IndexError, TypeError, OverflowError, OSError) as e:
-        raise _bad(air, f"it is inconsistent ({type(e).__name__}: {e})") from e
+        raise bad(air, f"it is inconsistent ({type(e).__name__}: {e})") from e

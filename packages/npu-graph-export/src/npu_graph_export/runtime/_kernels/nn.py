@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from npu_graph_export._proto import ge_ir_pb2 as ge
-from npu_graph_export.runtime._kernels import (
+from npu_graph_export.runtime._kernels._base import (
     Array,
     Collectives,
     KernelError,
