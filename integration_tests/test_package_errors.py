@@ -73,6 +73,9 @@ def test_a_bad_option_is_a_config_error_everywhere(name: str) -> None:
     assert "ConfigError" in errors.__all__
     assert issubclass(config_error, getattr(errors, PACKAGES[name][1]))
     assert issubclass(config_error, ValueError)
+    # One bad option, one shape: no package adds another builtin base or its own code.
+    assert not issubclass(config_error, TypeError)
+    assert config_error.code == "config"
     assert importlib.import_module(name).ConfigError is config_error
 
 

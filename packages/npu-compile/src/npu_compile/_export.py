@@ -23,7 +23,8 @@ def dynamo_export(
     """Export ``model`` traced on ``args`` to an offline GE graph (``.air``, ``dynamo.pbtxt``).
 
     TorchAir's ``torchair.dynamo_export`` signature; the work is done by
-    ``npu_graph_export.dynamo_export``, which reads ``config.export.experimental.*``.
+    ``npu_graph_export.dynamo_export``, given an ``ExportConfig`` made from
+    ``config.export.experimental.*``.
 
     Args:
         *args: Example inputs of the model.
@@ -43,6 +44,7 @@ def dynamo_export(
             ``experimental_config.frozen_parameter`` (an export cannot promise fixed weight
             addresses, as in TorchAir).
     """
+    from npu_graph_export import ExportConfig
     from npu_graph_export import dynamo_export as export
 
     if config is None:
@@ -59,6 +61,12 @@ def dynamo_export(
             "False for the export"
         )
     _config_checks.warn_no_effect(config, set())
+    experimental = config.export.experimental
+    # The TorchAir tree is the facade; the exporter gets its own frozen, checked options.
+    options = ExportConfig(
+        auto_atc_config_generated=bool(experimental.auto_atc_config_generated),
+        enable_record_nn_module_stack=bool(experimental.enable_record_nn_module_stack),
+    )
 
     return export(
         *args,
@@ -66,6 +74,6 @@ def dynamo_export(
         export_path=export_path,
         export_name=export_name,
         dynamic=dynamic,
-        config=config,
+        config=options,
         **kwargs,
     )

@@ -9,27 +9,9 @@ list fails too. Checking a new torch release is then this list, run through ``no
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
+from npu_static_kernel._private_api import PrivateApi
 
 __all__ = ["PRIVATE_APIS", "PrivateApi"]
-
-
-class PrivateApi(NamedTuple):
-    """One private torch name and why the package needs it."""
-
-    #: Dotted path, from ``torch`` (or ``torch_npu``).
-    name: str
-    #: Which part of torch: Dynamo, AOT autograd, Inductor, FX, allocator, graph, dispatch, ...
-    area: str
-    #: Where and what for, so that whoever finds it moved knows what breaks.
-    use: str
-    #: Non-empty where the code probes for the name and works without it: what is lost then.
-    optional: str = ""
-    #: ``"cuda"``: only CUDA builds of torch have it; ``"torch_npu"``: it is torch_npu's.
-    needs: str = ""
-    #: For a name no import reaches (an attribute torch sets at run time): returns it or raises.
-    probe: Callable[[], object] | None = None
 
 
 def _standalone_compile_donates() -> object:
