@@ -147,7 +147,7 @@ class CallPaths:
 
     # -- pools and devices ---------------------------------------------------------------------
 
-    def device_warmup(self, args: tuple[Any, ...], layout: Layout) -> int:
+    def device_warmup(self, args: tuple[Any, ...]) -> int:
         """Eager calls the device of ``args`` needs before a capture."""
         return backend_for(first_tensor_device(args).type).default_warmup_runs
 

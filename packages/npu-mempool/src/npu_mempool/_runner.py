@@ -271,7 +271,7 @@ class GraphRunner:
             graphs=paths.graphs(),
             replays=self.counters.replays,
             make_room=make_room,
-            device_warmup=lambda: paths.device_warmup(args, layout),
+            device_warmup=lambda: paths.device_warmup(args),
             name=self.name,
         )
         if decision.action is Action.EAGER:

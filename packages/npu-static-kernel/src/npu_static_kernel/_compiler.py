@@ -101,8 +101,9 @@ class StaticKernelCompiler:
 
     Attributes:
         options: The checked settings (:class:`StaticKernelOptions`), frozen.
-        build_dir: ``options.build_dir`` made absolute (the current directory when ``None``).
-        strict: ``options.strict``.
+        build_dir: ``options.build_dir`` made absolute (the current directory when ``None``);
+            read-only, as ``options`` is.
+        strict: ``options.strict`` (read-only).
         counters: What this compiler did (:class:`StaticKernelCounters`).
         last_statistics: The op statistics of the latest recording.
         last_fallback_reason: One line saying why the latest graph key runs without static
@@ -146,10 +147,10 @@ class StaticKernelCompiler:
                 "in the StaticKernelOptions instead"
             )
         self.options = options
-        self.build_dir = path_of(options.build_dir).absolute()
+        # Made absolute once: a later chdir must not move the cache of a compiler in use.
+        self._build_dir = path_of(options.build_dir).absolute()
         self.builder = builder
-        self.strict = options.strict
-        self.cache = ArtifactCache(self.build_dir)
+        self.cache = ArtifactCache(self._build_dir)
         self._fallback_dir = (
             Path(options.fallback_dir).absolute() if options.fallback_dir is not None else None
         )
@@ -165,6 +166,16 @@ class StaticKernelCompiler:
         self._enabled = True
         self._loaded: dict[str, Callable[..., Any]] = {}
         self._lock = threading.RLock()
+
+    @property
+    def build_dir(self) -> Path:
+        """``options.build_dir`` made absolute when the compiler was made."""
+        return self._build_dir
+
+    @property
+    def strict(self) -> bool:
+        """``options.strict``."""
+        return self.options.strict
 
     @property
     def enabled(self) -> bool:
