@@ -13,7 +13,7 @@ from npu_mempool._devices import graph_implementation, graph_pool_handle
 from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._pool import PoolHandle
 from npu_mempool._runner import GraphRunner
-from npu_mempool._steps import mark_step_begin
+from npu_mempool._steps import hold_step, mark_step_begin, release_step, top_level_call
 from npu_mempool._version import __version__
 from npu_mempool.errors import (
     CaptureChurnWarning,
@@ -30,6 +30,9 @@ __all__ = [
     "__version__",
     "GraphRunner",
     "mark_step_begin",
+    "top_level_call",
+    "hold_step",
+    "release_step",
     "CaptureOptions",
     "InputKind",
     "graph_pool_handle",

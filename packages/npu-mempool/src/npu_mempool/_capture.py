@@ -28,6 +28,7 @@ def capture(
     backend: GraphBackend,
     rewinds: bool,
     name: str = "",
+    owner: object = None,
 ) -> Entry:
     """Capture ``fn(*args)`` into ``pool`` and return its entry.
 
@@ -42,6 +43,7 @@ def capture(
         rewinds: Whether the pool is rewound before later captures: its outputs are then
             recorded as pool-owned so a device rewind can neutralise them.
         name: The runner's name, for messages.
+        owner: The runner's identity (see :class:`~npu_mempool._entry.Reclaim`).
     """
     state = state_of(pool)
     coexists = state.live_lenders()  # before the capture allocates anything
@@ -117,4 +119,6 @@ def capture(
         clone_output=options.clone_output,
         name=name,
         coexists=coexists,
+        owner=owner,
+        per_call=not options.keep_held_outputs,
     )

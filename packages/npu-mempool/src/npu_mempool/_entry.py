@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -12,10 +14,75 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from npu_mempool._devices import Graph
 from npu_mempool._outputs import Output, storage_uses
 from npu_mempool._pool import PoolHandle, PoolState, state_of
-from npu_mempool._steps import StepToken, poison, step_ended, step_token
+from npu_mempool._steps import (
+    StepToken,
+    ended_by_call,
+    ended_by_mark,
+    migrate,
+    poison,
+    step_token,
+    swappable,
+)
 from npu_mempool._trace import profiled, profiling
 
-__all__ = ["Entry"]
+__all__ = ["Entry", "Reclaim", "reclaiming"]
+
+
+class Reclaim:
+    """The call being dispatched, as the graphs it may take memory back from see it.
+
+    Outputs of ended steps are taken back only while a runner dispatches a call (inside
+    :func:`reclaiming`): the call's arguments must be read before memory they use is handed out
+    again. A stale output passed back in as a USER argument (``h = f(h)``, a KV cache grown by
+    ``torch.cat`` that comes back as the next step's input) is therefore never poisoned: it is
+    moved out of the pool (copied) and stays valid for the caller, who may pass it to later
+    graphs of the same call too. One passed in as a MUTATED or PARAMETER argument is used in
+    place by the graph: it stays in use.
+
+    Args:
+        owner: The dispatching runner's identity: outputs ended only by a top-level call (not by
+            an explicit boundary) are taken back from the runner's own graphs alone, since a
+            graph of another runner sharing the pool may still read them later in the call.
+        args: The call's arguments.
+        user: Positions of its USER tensors.
+        pinned: Positions of its MUTATED and PARAMETER tensors.
+    """
+
+    __slots__ = ("_pinned", "_reads", "owner")
+
+    def __init__(
+        self, owner: object, args: Sequence[Any], user: Sequence[int], pinned: Sequence[int]
+    ) -> None:
+        self.owner = owner
+        self._reads = {id(args[i]) for i in user}
+        self._pinned = {args[i].untyped_storage()._cdata for i in pinned}
+
+    def reads(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` itself is a USER argument of the call."""
+        return id(tensor) in self._reads
+
+    def pins(self, tensor: torch.Tensor) -> bool:
+        """Whether the call uses ``tensor``'s memory in place (a MUTATED or PARAMETER input)."""
+        return tensor.untyped_storage()._cdata in self._pinned
+
+
+class _Dispatching(threading.local):
+    def __init__(self) -> None:
+        self.call: Reclaim | None = None
+
+
+_dispatching = _Dispatching()
+
+
+@contextmanager
+def reclaiming(call: Reclaim) -> Iterator[None]:
+    """Within the block, graphs may take back outputs of ended steps, reading ``call`` first."""
+    outer = _dispatching.call
+    _dispatching.call = call
+    try:
+        yield
+    finally:
+        _dispatching.call = outer
 
 
 class Entry:
@@ -34,6 +101,8 @@ class Entry:
         "_in_pool",
         "_leaves",
         "_lend",
+        "_owner",
+        "_per_call",
         "_shape",
         "_user",
         "_uses",
@@ -64,6 +133,8 @@ class Entry:
         clone_output: bool,
         name: str = "",
         coexists: tuple[weakref.ref[Entry], ...] = (),
+        owner: object = None,
+        per_call: bool = False,
     ) -> None:
         self.key = key
         self.name = name
@@ -91,6 +162,10 @@ class Entry:
         # Positions of the outputs in pool memory: the ones handed out as views (or clones).
         self._in_pool = tuple(i for i, mine in enumerate(owned) if mine)
         self._clone_output = clone_output
+        # The runner that captured it, and whether a top-level call ends the step of what it
+        # handed out (CaptureOptions.keep_held_outputs off), or only an explicit boundary.
+        self._owner = owner
+        self._per_call = per_call
         # What the runner itself holds of each pool-owned output storage: more uses than these
         # mean a handed-out output (or a view of one) is alive.
         uses: dict[int, int] = {}
@@ -138,7 +213,7 @@ class Entry:
         else:
             # A graph replays only when its memory is free, so every output handed out before
             # is dead (or was taken back): the list starts again.
-            token = step_token()
+            token = step_token(self._per_call)
             handed = []
             for i in self._in_pool:
                 leaves[i] = out = leaves[i].detach()
@@ -151,15 +226,24 @@ class Entry:
     def release_stale(self) -> bool:
         """Take back outputs of ended steps; return whether the graph's memory is now free.
 
-        Possible only where every use of the memory beyond the runner's own is an output this
-        graph handed out in a step that has ended (:func:`~npu_mempool.mark_step_begin`): those
-        are poisoned (reading one raises :class:`~npu_mempool.StaleOutputError`) and release
-        their storage. A view the caller made of an output, or an output of the current step,
-        keeps the memory in use, and nothing is poisoned.
+        Only while a runner dispatches a call (:func:`reclaiming`), and only where every use of
+        the memory beyond the runner's own is an output this graph handed out in a step that has
+        ended (see ``_steps``). Those are poisoned (reading one raises
+        :class:`~npu_mempool.StaleOutputError`), except the ones the call itself passes in, which
+        are moved out of the pool and stay valid (see :class:`Reclaim`). A view the caller made
+        of an output, an output of the current step, an output held inside autograd's graph or
+        one the call uses in place keeps the memory in use, and nothing is taken.
         """
-        alive = [(t, token) for ref, token in self._handed if (t := ref()) is not None]
-        if not alive or not all(step_ended(token) for _, token in alive):
+        call = _dispatching.call
+        if call is None:
             return False
+        alive = [(t, token) for ref, token in self._handed if (t := ref()) is not None]
+        if not alive:
+            return False
+        own = self._per_call and call.owner is self._owner
+        for _, token in alive:
+            if not (ended_by_mark(token) or (own and ended_by_call(token))):
+                return False
         held: dict[int, int] = {}
         for tensor, _ in alive:
             cdata = tensor.untyped_storage()._cdata
@@ -167,16 +251,23 @@ class Entry:
         for cdata, mine in self._uses:
             if storage_uses(cdata) - mine != held.get(cdata, 0):
                 return False  # something else (a view of an output) still uses the memory
-        message = (
-            f"this output of graph {self.name!r} was handed out before a step boundary "
-            "(npu_mempool.mark_step_begin() or torch.compiler.cudagraph_mark_step_begin()) and "
-            "a later replay overwrote it; clone() outputs that must outlive their step"
-        )
+        # Decided before anything is touched, so that a call never takes back half the outputs.
+        for tensor, _ in alive:
+            if call.pins(tensor) or not swappable(tensor, passed=call.reads(tensor)):
+                return False
         # torch swaps no tensor that has a weak reference: drop ours first.
         self._handed.clear()
-        kept = [(tensor, token) for tensor, token in alive if not poison(tensor, message)]
+        message = _PER_CALL if self._per_call else _MARKED
+        kept = [
+            (tensor, token)
+            for tensor, token in alive
+            if not (
+                migrate(tensor)
+                if call.reads(tensor)
+                else poison(tensor, message.format(name=self.name))
+            )
+        ]
         if kept:
-            # Held inside autograd's graph, or weakly by the caller: the memory stays in use.
             self._handed = [(weakref.ref(tensor), token) for tensor, token in kept]
             return False
         return not self.in_use()
@@ -194,6 +285,19 @@ class Entry:
             self.graph.reset()
         # else: the memory stays with the outputs that use it (a device tensor keeps its
         # allocation; the CPU arena keeps the blocks until the pool goes).
+
+
+_MARKED = (
+    "this output of graph {name!r} was handed out before a step boundary "
+    "(npu_mempool.mark_step_begin() or torch.compiler.cudagraph_mark_step_begin()) and a later "
+    "replay overwrote it; clone() outputs that must outlive their step"
+)
+_PER_CALL = (
+    "this output of graph {name!r} was handed out before a step boundary (a later call of the "
+    "compiled function, npu_mempool.mark_step_begin() or "
+    "torch.compiler.cudagraph_mark_step_begin()) and a later replay overwrote it; clone() "
+    "outputs that must outlive their step, or set keep_held_outputs to keep every held output"
+)
 
 
 def storage_ref(tensor: torch.Tensor) -> StorageWeakRef:

@@ -42,6 +42,7 @@ _BOOLEAN_FIELDS = (
     "check_output_overwrite",
     "frozen_parameters",
     "strict",
+    "keep_held_outputs",
 )
 
 
@@ -69,8 +70,9 @@ class CaptureOptions:
             caller can hold them across later calls, at the cost of one allocation and copy per
             output per call.
         check_output_overwrite: Accepted for TorchAir-style configs. Outputs still in use are
-            never overwritten (see :class:`~npu_mempool.GraphRunner`), so there is nothing to
-            detect; it changes nothing.
+            never overwritten within their step, and reading one overwritten after its step
+            raises :class:`~npu_mempool.StaleOutputError` (see :class:`~npu_mempool.GraphRunner`),
+            so there is nothing left to detect; it changes nothing.
         capture_limit: ``debug.aclgraph.static_capture_size_limit``. When a new graph would exceed
             it, the runner warns once, frees its graphs and runs eagerly from then on.
         frozen_parameters: Promise that PARAMETER inputs never change address, which removes their
@@ -81,6 +83,17 @@ class CaptureOptions:
             returned as usual. ``None`` (default) takes the device's own need: ``1`` on CUDA, whose
             libraries initialise lazily on first use (cuBLAS workspaces) and must not do so inside
             a capture, ``0`` on NPU (as TorchAir) and on the CPU emulation.
+        keep_held_outputs: Keep every output the caller still holds until an explicit step
+            boundary (:func:`~npu_mempool.mark_step_begin`): a call that needs its memory takes
+            another call path, with a pool of its own (default ``True``: a runner called directly
+            cannot tell where its caller's steps begin). ``False`` applies the contract of CUDA
+            Graph Trees, as ``torch.compile`` backends want it: each top-level call (a
+            :func:`~npu_mempool.top_level_call` block, else a new entry into a
+            ``torch.compile``'d function as torch's generation counter shows it) begins a new step
+            for its thread, after which the runner may overwrite what it handed out to that
+            thread before; reading such an output raises :class:`~npu_mempool.StaleOutputError`.
+            Outputs passed back in as arguments stay valid. A step held open
+            (:func:`~npu_mempool.hold_step`) begins no new one.
     """
 
     pool: PoolHandle | None = None
@@ -92,6 +105,7 @@ class CaptureOptions:
     frozen_parameters: bool = False
     strict: bool = False
     warmup_runs: int | None = None
+    keep_held_outputs: bool = True
 
     def __post_init__(self) -> None:
         for name in _BOOLEAN_FIELDS:

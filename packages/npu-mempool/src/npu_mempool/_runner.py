@@ -20,6 +20,7 @@ import torch
 
 from npu_mempool._capture import capture
 from npu_mempool._counters import Counters, register
+from npu_mempool._entry import Reclaim, reclaiming
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._paths import CallPath, CallPaths
@@ -138,6 +139,9 @@ class GraphRunner:
         self._specialized: dict[Hashable, Callable[..., Any]] = {}
         self._layout: Layout | None = None
         self._eager = False
+        # Who captured a graph: outputs ended by a top-level call alone are taken back from the
+        # runner's own graphs only (see _entry.Reclaim).
+        self._owner = object()
 
     @property
     def options(self) -> CaptureOptions:
@@ -219,13 +223,22 @@ class GraphRunner:
             if found is None:
                 self._check_layout(layout, args)
                 return self._miss(path, key, args)
-            # After a step boundary, outputs of ended steps give their memory back (_steps).
-            free = not found.in_use() or found.release_stale()
-            if free and not found.state.in_use(found):
+            if not found.in_use() and not found.state.in_use(found):
                 self.counters.replays += 1
                 return found.replay(args)
-            # Its memory is in use: try the next call path.
+            # Its memory is in use. Outputs of ended steps may give it back (_steps), the ones
+            # this call passes in read first (_entry.Reclaim).
+            with reclaiming(self._reclaim(layout, args)):
+                free = not found.in_use() or found.release_stale()
+                free = free and not found.state.in_use(found)
+            if free:
+                self.counters.replays += 1
+                return found.replay(args)
+            # Still in use: try the next call path.
         return self._miss(self._call_paths.add_path(self.name), key, args)
+
+    def _reclaim(self, layout: Layout, args: tuple[Any, ...]) -> Reclaim:
+        return Reclaim(self._owner, args, layout.user, layout.mutated + layout.params)
 
     def _check_layout(self, layout: Layout, args: tuple[Any, ...]) -> None:
         """Slow path only: a call that found no graph is checked against the first call's layout."""
@@ -284,7 +297,8 @@ class GraphRunner:
         if fn is None:
             fn = self._specialize(key, args) if self._specialize is not None else self._fn
             self._specialized[key] = fn
-        paths.rewind(path, pool, backend, self.name)
+        with reclaiming(self._reclaim(layout, args)):
+            paths.rewind(path, pool, backend, self.name)
         started = time.perf_counter()
         try:
             with profiled("npu_mempool.capture"):
@@ -298,6 +312,7 @@ class GraphRunner:
                     backend=backend,
                     rewinds=path.rewinds,
                     name=self.name,
+                    owner=self._owner,
                 )
         except Exception as exc:
             paths.capture_failed(path, pool, self.name)
