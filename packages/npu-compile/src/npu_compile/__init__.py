@@ -11,7 +11,7 @@ Port a TorchAir script by replacing ``torchair`` with ``npu_compile``::
 
 from __future__ import annotations
 
-from npu_mempool import graph_pool_handle, mark_step_begin
+from npu_mempool import StaleOutputError, graph_pool_handle, mark_step_begin
 
 from npu_compile import core, ops, scope
 from npu_compile._cli.diagnose import DiagnoseReport, PhaseTiming, diagnose
@@ -59,6 +59,7 @@ __all__ = [
     "UnsupportedApiError",
     "NoEffectWarning",
     "OutputError",
+    "StaleOutputError",
 ]
 
 

@@ -122,7 +122,8 @@ class ForwardCompiler:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
         """Compile AOT's forward graph ``gm``; AOT gets the plan's callable (the plan is kept)."""
         self.plan = self.compile(gm, example_inputs)
-        return self.plan.compiled
+        # A training forward holds its thread's step until its backward has run (_training).
+        return self.backward.track(self.plan.compiled)
 
     def compile(self, fw_gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> ForwardPlan:
         """Decide what the AOT forward graph ``fw_gm`` becomes, and build it."""

@@ -10,11 +10,18 @@ into a graph runner of its own, when the first backward of the graph runs.
 Memory. Saved tensors are outputs of the captured forward, held by autograd until the backward
 has run; the gradients the backward hands out may be stolen by ``AccumulateGrad`` into
 ``param.grad`` and so stay in graph memory until the optimizer's ``zero_grad``. Both are outputs
-the runners track (``npu_mempool``'s [Note: output liveness]): a call whose graph's outputs are
-still held (a loss kept from the previous step, gradients kept with ``zero_grad(set_to_none=
-False)``) replays on a second call path instead of overwriting them. A loop that holds no graph
-output across steps and lets ``zero_grad`` free the gradients uses one call path for each of the
-two graphs.
+the runners track (``npu_mempool``'s [Note: output liveness]), and neither is ever taken back:
+autograd holds them. A loss kept from the previous iteration is a forward output of an ended step
+(each iteration's forward begins one), which the forward's runner may overwrite; gradients kept
+with ``zero_grad(set_to_none=False)`` make the backward replay on a second call path instead.
+
+Steps. A training forward holds its thread's step open until a backward of its graph has run
+(``npu_mempool.hold_step``): two forwards of one iteration (two inputs through one model, then
+one loss) are one step, so the second does not take back the outputs of the first. As CUDA Graph
+Trees, one backward releases it (a forward whose backward never runs must not hold the step
+forever once another backward ran). The backward runner keeps every output held (npu-mempool's
+``keep_held_outputs``): it runs in autograd's thread, outside any call of the compiled function,
+and its outputs (gradients) feed autograd, not the caller.
 
 Backward graphs get neither the post-grad passes nor static kernels (the forward keeps both;
 neither has been validated on backward graphs), and every input is copied into the graph's own
@@ -25,6 +32,7 @@ of one), whose address the runner watches as it does the forward's parameters.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -61,6 +69,10 @@ class BackwardCompiler:
         self._config = config
         self._stats = stats
         self._parameters: frozenset[str] = frozenset()
+        self._training = False
+        # Threads whose step a forward of this graph holds open until its backward runs.
+        self._holding: set[int] = set()
+        self._holding_lock = threading.Lock()
 
     def saw_forward(self, fw_gm: torch.fx.GraphModule, kinds: Sequence[Any]) -> None:
         """Remember which forward nodes are a parameter or a view of one (before passes).
@@ -71,6 +83,7 @@ class BackwardCompiler:
         """
         from npu_mempool import InputKind
 
+        self._training = True
         placeholders = [n for n in fw_gm.graph.nodes if n.op == "placeholder"]
         names = {
             node.name
@@ -88,8 +101,66 @@ class BackwardCompiler:
                 names.add(node.name)
         self._parameters = frozenset(names)
 
+    def track(self, forward: CompiledFn) -> CompiledFn:
+        """What AOT gets as the forward: for a training graph, ``forward`` holding the step.
+
+        After every training forward, the calling thread's step stays open until a backward of
+        this graph has run (see the module docstring). Other graphs get ``forward`` itself.
+        """
+        if not self._training:
+            return forward
+        import npu_mempool
+
+        holding, lock = self._holding, self._holding_lock
+
+        def hold() -> None:
+            thread = npu_mempool.hold_step()
+            if thread not in holding:
+                with lock:
+                    holding.add(thread)
+
+        if getattr(forward, "_boxed_call", False):
+
+            def boxed(args: list[Any]) -> Any:
+                out = forward(args)
+                hold()
+                return out
+
+            boxed._boxed_call = True  # type: ignore[attr-defined]
+            return boxed
+
+        def call(*args: Any) -> Any:
+            out = forward(*args)
+            hold()
+            return out
+
+        call.__name__ = call.__qualname__ = getattr(forward, "__name__", "forward")
+        return call
+
+    def _released(self, backward: CompiledFn) -> CompiledFn:
+        """``backward`` (boxed) ending the step holds of this graph's forwards once it has run."""
+        import npu_mempool
+
+        holding, lock = self._holding, self._holding_lock
+
+        def call(args: list[Any]) -> Any:
+            out = backward(args)
+            if holding:
+                with lock:
+                    threads = list(holding)
+                    holding.clear()
+                for thread in threads:
+                    npu_mempool.release_step(thread)
+            return out
+
+        call._boxed_call = True  # type: ignore[attr-defined]
+        return call
+
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
         """Capture the backward graph ``gm`` (called by AOT at the first backward)."""
+        return self._released(self._compile(gm, example_inputs))
+
+    def _compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
         from npu_mempool import GraphRunner, InputKind
         from npu_streams import prepare_for_capture
 
@@ -114,7 +185,8 @@ class BackwardCompiler:
         # Autograd hands the backward tensors it owns (saved tensors, output gradients): copied
         # into graph buffers whatever clone_input says, since without the copy a later call
         # would be copied into the first call's tensors, which may be someone's gradient now.
-        options = replace(capture_options(self._config), clone_input=True)
+        # Its outputs are kept while held (see the module docstring).
+        options = replace(capture_options(self._config), clone_input=True, keep_held_outputs=True)
         runner = GraphRunner(
             forward_of(prepared), input_kinds=kinds, options=options, name=self.name
         )

@@ -5,6 +5,17 @@
 
 What the backend does per FX graph is in ``_pipeline`` (checks in ``_capturable``, input classes
 in ``_inputs``, config lowering in ``_lowering``); this module holds the backend object.
+
+Steps. Each top-level call of a compiled function begins a new step for its thread (unless a
+backward is pending, see ``_training``): runners may then overwrite what they handed out in
+earlier steps (npu-mempool's ``keep_held_outputs=False``, lowered from
+``debug.aclgraph.keep_held_outputs``). Dynamo enters a backend's ``backend_ctx_ctor`` around every
+top-level call in the calling thread, which tells each thread's calls apart exactly; both the
+backend object and the registered ``"npu_compile"`` function carry npu-mempool's
+``top_level_call`` there (Dynamo's ``WrapBackendDebug`` copies the instance ``__dict__``).
+``torch.compile`` wraps every backend but Inductor in ``torch._TorchCompileWrapper``, which does not
+forward it: for those calls npu-mempool falls back to torch's process-wide generation counter, as
+CUDA Graph Trees do (see ``npu_mempool.CaptureOptions.keep_held_outputs``).
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import npu_mempool
 import torch
 
 from npu_compile import _config_checks, _logs, _passes
@@ -67,6 +79,10 @@ class NpuBackend:
         _config_checks.warn_no_effect(self.config, self._warned)
         _logs.register()
         _live_backends[id(self)] = self
+        # Entered by Dynamo around every top-level call of a function compiled with this
+        # backend, in the calling thread: it begins that thread's new step. An instance attribute,
+        # since Dynamo's wrapper copies the instance __dict__ (see the module docstring).
+        self.backend_ctx_ctor = npu_mempool.top_level_call
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -207,3 +223,7 @@ def npu_compile_backend(
     if _default_backend is None:
         _default_backend = NpuBackend()
     return _default_backend(gm, example_inputs, **kwargs)
+
+
+# Dynamo enters it around every top-level call of a function compiled with the registered name.
+npu_compile_backend.backend_ctx_ctor = npu_mempool.top_level_call  # type: ignore[attr-defined]

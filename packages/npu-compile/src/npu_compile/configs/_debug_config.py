@@ -45,6 +45,13 @@ class AclGraphDebugConfig(_Node):
             a clear error instead of returning wrong numbers (npu-compile extension).
         strict: Raise instead of falling back to eager when a graph cannot be captured
             (npu-compile extension; default ``False``: one logged reason, then eager).
+        keep_held_outputs: ``True`` keeps every output the caller still holds until an explicit
+            step boundary (``npu_compile.mark_step_begin()``): a call that needs its memory takes
+            a second call path with a pool of its own, so ``out = model(x)`` in a loop holds two
+            graphs' memory. Default ``False``: each call of the compiled function begins a new
+            step (unless a backward is pending), as with CUDA Graph Trees; outputs of earlier
+            steps may be overwritten and raise ``StaleOutputError`` when read (npu-compile
+            extension).
         force_recapture: npugraph_ex's ``force_recapture``; accepted, no effect here.
         capture_error_mode: npugraph_ex's ``capture_error_mode``; accepted, no effect here (the
             runner captures in ``"thread_local"`` mode).
@@ -63,6 +70,7 @@ class AclGraphDebugConfig(_Node):
     remove_cat_ops = _Option(True, boolean, "rewrite cat of out= ops", effect=NPU_PATTERNS)
     check_output_overwrite = _Option(False, boolean, "detect reads of overwritten outputs")
     strict = _Option(False, boolean, "raise instead of falling back to eager")
+    keep_held_outputs = _Option(False, boolean, "never overwrite an output the caller holds")
     force_recapture = _Option(
         False,
         boolean,
