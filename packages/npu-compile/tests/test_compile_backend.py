@@ -47,7 +47,7 @@ def _pair() -> tuple[Cached, Cached]:
 
 
 def test_round_trip_equals_eager_and_counts_captures_and_replays(
-    runner_spy: list[dict[str, Any]], dynamo_graph: bool
+    runner_spy: list[dict[str, Any]],
 ) -> None:
     model, reference = _pair()
     backend = get_npu_backend()
@@ -98,7 +98,7 @@ def test_new_user_tensors_are_copied_in_each_call() -> None:
     torch.testing.assert_close(model.cache, reference.cache)
 
 
-def test_dynamic_true_gives_one_fx_graph_and_one_capture_per_shape(dynamo_graph: bool) -> None:
+def test_dynamic_true_gives_one_fx_graph_and_one_capture_per_shape() -> None:
     model, reference = _pair()
     backend = get_npu_backend()
     compiled = torch.compile(model, backend=backend, dynamic=True)
