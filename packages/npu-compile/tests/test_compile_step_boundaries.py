@@ -1,4 +1,8 @@
-"""Step boundaries through ``torch.compile``: the ``out = model(x)`` loop needs one pool."""
+"""Explicit step boundaries through ``torch.compile``, and the policy that keeps held outputs.
+
+With ``debug.aclgraph.keep_held_outputs`` an output the caller holds survives later calls until
+an explicit boundary; by default each call begins a step (``test_compile_steps_per_call``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from collections.abc import Callable
 import npu_compile
 import pytest
 import torch
-from npu_compile import get_npu_backend
+from npu_compile import CompilerConfig, get_npu_backend
 from npu_mempool import StaleOutputError
 
 
@@ -16,16 +20,23 @@ def _model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
 
 
+def _keeping_held_outputs() -> CompilerConfig:
+    config = CompilerConfig()
+    config.debug.aclgraph.keep_held_outputs = True
+    return config
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["default", "keep_held_outputs"])
 @pytest.mark.parametrize(
     "mark",
     [npu_compile.mark_step_begin, torch.compiler.cudagraph_mark_step_begin],
     ids=["npu_compile", "torch"],
 )
 def test_the_out_equals_f_x_loop_uses_one_graph_with_a_step_boundary(
-    mark: Callable[[], None],
+    mark: Callable[[], None], keep: bool
 ) -> None:
     model = _model()
-    backend = get_npu_backend()
+    backend = get_npu_backend(compiler_config=_keeping_held_outputs() if keep else None)
     compiled = torch.compile(model, backend=backend)
     inputs = [torch.randn(4, 16) for _ in range(5)]
     with torch.no_grad():
@@ -41,9 +52,9 @@ def test_the_out_equals_f_x_loop_uses_one_graph_with_a_step_boundary(
     assert runner.counters.recapture_reasons == {}
 
 
-def test_without_a_boundary_the_loop_takes_a_second_pool_and_stays_right() -> None:
+def test_keeping_held_outputs_without_a_boundary_takes_a_second_pool_and_stays_right() -> None:
     model = _model()
-    backend = get_npu_backend()
+    backend = get_npu_backend(compiler_config=_keeping_held_outputs())
     compiled = torch.compile(model, backend=backend)
     with torch.no_grad():
         held = [(compiled(x), model(x)) for x in (torch.randn(4, 16) for _ in range(3))]
@@ -54,7 +65,9 @@ def test_without_a_boundary_the_loop_takes_a_second_pool_and_stays_right() -> No
 
 
 def test_an_output_kept_across_a_boundary_raises_when_read() -> None:
-    compiled = torch.compile(_model(), backend=get_npu_backend())
+    compiled = torch.compile(
+        _model(), backend=get_npu_backend(compiler_config=_keeping_held_outputs())
+    )
     with torch.no_grad():
         first = compiled(torch.randn(4, 16))
         npu_compile.mark_step_begin()

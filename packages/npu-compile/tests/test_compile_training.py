@@ -12,7 +12,7 @@ import pytest
 import torch
 from npu_compile import CompilerConfig, FallbackReason, get_npu_backend
 from npu_compile.backend import NpuBackend
-from npu_mempool import GraphRunner, InputKind
+from npu_mempool import GraphRunner, InputKind, StaleOutputError
 
 Optimizer = Callable[[Any], torch.optim.Optimizer]
 
@@ -151,9 +151,15 @@ def test_saved_parameters_are_read_in_place_and_follow_a_moved_parameter(
     assert backward.counters.recapture_reasons["parameter_moved"] == 1
 
 
-def test_held_losses_and_gradients_are_never_overwritten() -> None:
+def _keeping_held_outputs() -> CompilerConfig:
+    config = CompilerConfig()
+    config.debug.aclgraph.keep_held_outputs = True
+    return config
+
+
+def test_keeping_held_outputs_never_overwrites_held_losses_and_gradients() -> None:
     model, reference = _pair()
-    backend = get_npu_backend()
+    backend = get_npu_backend(compiler_config=_keeping_held_outputs())
     compiled = torch.compile(model, backend=backend)
     optimizer = OPTIMIZERS["adamw"](model.parameters())
     eager_optimizer = OPTIMIZERS["adamw"](reference.parameters())
@@ -179,9 +185,40 @@ def test_held_losses_and_gradients_are_never_overwritten() -> None:
     assert forward.num_paths == backward.num_paths == 5  # each step's outputs are still held
 
 
-def test_loss_alive_through_the_next_forward_alternates_two_forward_paths() -> None:
+def test_held_gradients_are_never_overwritten_and_a_held_loss_of_an_earlier_step_raises() -> None:
     model, reference = _pair()
     backend = get_npu_backend()
+    compiled = torch.compile(model, backend=backend)
+    optimizer = OPTIMIZERS["adamw"](model.parameters())
+    eager_optimizer = OPTIMIZERS["adamw"](reference.parameters())
+    losses, held = [], []
+    for step in range(5):
+        batch = _batch(step)
+        optimizer.zero_grad()
+        eager_optimizer.zero_grad()
+        loss, eager_loss = compiled(*batch), reference(*batch)
+        loss.backward()
+        eager_loss.backward()
+        torch.testing.assert_close(loss, eager_loss)  # read within its step
+        losses.append(loss)
+        # Gradients are backward outputs: the backward's runner keeps whatever is held.
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        held.append((grads, [p.grad.clone() for p in reference.parameters()]))
+        optimizer.step()
+        eager_optimizer.step()
+    for grads, eager_grads in held:
+        for got, want in zip(grads, eager_grads, strict=True):
+            torch.testing.assert_close(got, want)
+    with pytest.raises(StaleOutputError):
+        losses[0].item()  # the next step's forward overwrote it
+    forward, backward = _runners(backend)
+    assert (forward.num_paths, backward.num_paths) == (1, 5)
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["default", "keep_held_outputs"])
+def test_loss_alive_through_the_next_forward(keep: bool) -> None:
+    model, reference = _pair()
+    backend = get_npu_backend(compiler_config=_keeping_held_outputs() if keep else None)
     compiled = torch.compile(model, backend=backend)
     for step in range(5):
         model.zero_grad()
@@ -193,8 +230,9 @@ def test_loss_alive_through_the_next_forward_alternates_two_forward_paths() -> N
         torch.testing.assert_close(loss, eager_loss)
         _assert_same(model, reference)
     forward, backward = _runners(backend)
-    assert (forward.num_paths, backward.num_paths) == (2, 1)
-    assert forward.counters.captures == 2
+    # By default each step's forward takes the previous loss back; kept, it alternates paths.
+    assert (forward.num_paths, backward.num_paths) == ((2, 1) if keep else (1, 1))
+    assert forward.counters.captures == (2 if keep else 1)
 
 
 def test_gradients_kept_by_zero_grad_without_set_to_none_accumulate_right() -> None:

@@ -193,9 +193,8 @@ def _generation() -> int:
     # Dynamo bumps it on every entry into a torch.compile'd function, in any thread; CUDA Graph
     # Trees start a new generation on it. Without Dynamo imported, nothing was entered.
     guard = sys.modules.get("torch._dynamo.mutation_guard")
-    if guard is None:
-        return 0
-    return int(guard.GenerationTracker.generation)
+    tracker = getattr(guard, "GenerationTracker", None)
+    return int(getattr(tracker, "generation", 0))
 
 
 def call_step() -> int:
@@ -335,7 +334,7 @@ def swappable(tensor: torch.Tensor, *, passed: bool) -> bool:
     object holds it: not autograd (a tensor saved for backward, a gradient), whose record of it
     would break. :func:`poison` also needs no weak reference to it but the runner's own.
     """
-    if tensor._use_count() != 1:
+    if tensor._use_count() != 1:  # type: ignore[attr-defined]
         return False
     if passed:
         return not tensor.requires_grad
@@ -350,7 +349,8 @@ def migrate(tensor: torch.Tensor) -> bool:
     """
     try:
         with torch.no_grad():
-            tensor.set_(tensor.clone())
+            copy = tensor.clone()
+            tensor.set_(copy.untyped_storage(), copy.storage_offset(), copy.shape, copy.stride())
     except RuntimeError:
         return False
     return True

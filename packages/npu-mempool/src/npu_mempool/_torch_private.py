@@ -136,6 +136,20 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "(npu_mempool.mark_step_begin() still is)",
     ),
     PrivateApi(
+        "torch._dynamo.mutation_guard.GenerationTracker",
+        "Dynamo",
+        "_steps reads its generation (bumped on every entry into a torch.compile'd function) to "
+        "begin a step per call where no top_level_call() block says so, as CUDA Graph Trees do",
+        optional="outside top_level_call() blocks (torch.compile with a backend other than "
+        "Inductor) a call begins no step: held outputs take another call path instead",
+    ),
+    PrivateApi(
+        "torch.Tensor._use_count",
+        "autograd",
+        "_steps takes back an output only where nothing but the caller's object holds it (what "
+        "torch.utils.swap_tensors requires), not autograd",
+    ),
+    PrivateApi(
         "torch._logging._internal.trace_structured",
         "logging",
         "_trace writes a capture event into TORCH_TRACE (tlparse)",
