@@ -48,14 +48,16 @@ class Reclaim:
         pinned: Positions of its MUTATED and PARAMETER tensors.
     """
 
-    __slots__ = ("_pinned", "_reads", "owner")
+    __slots__ = ("_args", "_pinned", "_pins", "_reads", "owner")
 
     def __init__(
         self, owner: object, args: Sequence[Any], user: Sequence[int], pinned: Sequence[int]
     ) -> None:
         self.owner = owner
         self._reads = {id(args[i]) for i in user}
-        self._pinned = {args[i].untyped_storage()._cdata for i in pinned}
+        self._args = args
+        self._pins = pinned
+        self._pinned: set[int] | None = None  # their storages, once a graph asks
 
     def reads(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` itself is a USER argument of the call."""
@@ -63,6 +65,9 @@ class Reclaim:
 
     def pins(self, tensor: torch.Tensor) -> bool:
         """Whether the call uses ``tensor``'s memory in place (a MUTATED or PARAMETER input)."""
+        if self._pinned is None:
+            # Built only when an output could be taken back: a model has many parameters.
+            self._pinned = {self._args[i].untyped_storage()._cdata for i in self._pins}
         return tensor.untyped_storage()._cdata in self._pinned
 
 
