@@ -9,21 +9,28 @@ held by its graph pool(s):
 * ``mode3 off``: no input buffers in the pool (``clone_input=False``).
 * ``largest alone`` / ``sum of singles``: references.
 * ``out = f(x) loop``: the commonest loop, one shape, the previous ``out`` still referenced
-  during the next call, without and with a step boundary (``npu_mempool.mark_step_begin()``)
-  before each call. Without one the held output forces a second call path and pool; with one
-  the loop should need exactly one graph's memory (``x largest`` = 1.00).
+  during the next call. ``one step per call`` is the default of ``torch.compile`` with the
+  npu_compile backend: measured through ``torch.compile`` itself, and through a ``GraphRunner``
+  with ``keep_held_outputs=False`` and ``npu_mempool.top_level_call()`` around each call (what the
+  backend does). ``mark_step_begin()`` marks an explicit boundary before each call. With
+  ``keep_held_outputs`` (a ``GraphRunner``'s default, ``debug.aclgraph.keep_held_outputs`` in
+  npu-compile) and no boundary, the held output forces a second call path and pool. The others
+  should need exactly one graph's memory (``x largest`` = 1.00).
 
 On a CPU-only machine the pool is npu-mempool's emulated arena: its bytes are the static inputs
 and outputs (the arena high-water mark), not the intermediates a device pool also holds.
 
     python benchmarks/pool_reuse.py [--width 1024] [--rows 4096,3072,2048,1024]
 
-Prints a table and writes ``benchmarks/results/pool_reuse.json``. Needs torch and npu-mempool.
+Prints a table and writes ``benchmarks/results/pool_reuse.json``. Needs torch and npu-mempool
+(and npu-compile for the ``torch.compile`` row).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import platform
 from pathlib import Path
 
@@ -68,20 +75,54 @@ def measure(rows: list[int], width: int, device: torch.device) -> dict[str, int]
     first.reset()  # the first FX graph is done: its memory is free for the second
     run_shapes(second, rows[:1], w)
     out["mode1 shared pool, 2 runners in turn"] = pool.nbytes
-    out["out = f(x) loop, no step boundary"] = loop(rows[0], w, mark_steps=False)
-    out["out = f(x) loop, mark_step_begin()"] = loop(rows[0], w, mark_steps=True)
+    if importlib.util.find_spec("npu_compile") is not None:
+        out["out = f(x) loop, one step per call (torch.compile)"] = compiled_loop(rows[0], w)
+    out["out = f(x) loop, one step per call (GraphRunner)"] = loop(rows[0], w, "per call")
+    out["out = f(x) loop, mark_step_begin()"] = loop(rows[0], w, "marked")
+    out["out = f(x) loop, keep_held_outputs"] = loop(rows[0], w, "kept")
     return out
 
 
-def loop(n: int, w: torch.Tensor, *, mark_steps: bool) -> int:
-    runner = GraphRunner(block, input_kinds=KINDS, options=CaptureOptions(warmup_runs=0))
+def loop(n: int, w: torch.Tensor, steps: str) -> int:
+    # "kept": the runner's default, no boundary; "marked": an explicit boundary per call; "per
+    # call": each call is a top-level call of its own, as the npu_compile backend declares it.
+    options = CaptureOptions(warmup_runs=0, keep_held_outputs=steps != "per call")
+    runner = GraphRunner(block, input_kinds=KINDS, options=options)
     out = None
     for _ in range(4):
-        if mark_steps:
+        if steps == "marked":
             npu_mempool.mark_step_begin()
         x = torch.randn(n, w.shape[0], device=w.device)
-        out = runner(x, w)  # the previous `out` is still referenced during this call
+        scope = npu_mempool.top_level_call() if steps == "per call" else contextlib.nullcontext()
+        with scope:
+            out = runner(x, w)  # the previous `out` is still referenced during this call
         torch.testing.assert_close(out, block(x, w), rtol=1e-3, atol=1e-3)
+    return runner.counters.pool_bytes
+
+
+class Block(torch.nn.Module):
+    def __init__(self, w: torch.Tensor) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(w, requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return block(x, self.w)
+
+
+def compiled_loop(n: int, w: torch.Tensor) -> int:
+    import npu_compile
+
+    config = npu_compile.CompilerConfig()
+    config.mode = "reduce-overhead"
+    backend = npu_compile.get_npu_backend(compiler_config=config)
+    model = Block(w)
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    out = None
+    for _ in range(4):
+        x = torch.randn(n, w.shape[0], device=w.device)
+        out = compiled(x)  # the previous `out` is still referenced during this call
+        torch.testing.assert_close(out, block(x, w), rtol=1e-3, atol=1e-3)
+    (runner,) = backend.stats.runners
     return runner.counters.pool_bytes
 
 
@@ -98,10 +139,10 @@ def main() -> None:
     largest = result["largest alone"]
     print(f"device: {device}  graph: {npu_mempool.graph_implementation(device)}")
     print(f"shapes: {rows} x {args.width} (float32)")
-    print(f"{'mode':<40}{'MiB':>10}{'x largest':>11}")
-    print("-" * 61)
+    print(f"{'mode':<52}{'MiB':>10}{'x largest':>11}")
+    print("-" * 73)
     for name, nbytes in result.items():
-        print(f"{name:<40}{nbytes / 2**20:>10.1f}{nbytes / largest:>10.2f}x")
+        print(f"{name:<52}{nbytes / 2**20:>10.1f}{nbytes / largest:>10.2f}x")
     path = write_json(
         args.out / "pool_reuse.json",
         {
