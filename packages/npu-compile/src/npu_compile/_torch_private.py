@@ -75,6 +75,11 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         probe=_forward_metadata,
     ),
     PrivateApi(
+        "torch._ops.HigherOrderOperator",
+        "FX",
+        "_capturable finds the op inside auto_functionalized(_v2) and with_effects for splitting",
+    ),
+    PrivateApi(
         "torch.fx.passes.split_module.split_module",
         "FX",
         "_piecewise splits a graph into pieces around the nodes that run eagerly",

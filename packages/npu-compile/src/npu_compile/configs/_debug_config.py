@@ -53,8 +53,12 @@ class AclGraphDebugConfig(_Node):
             steps may be overwritten and raise ``StaleOutputError`` when read (npu-compile
             extension).
         force_recapture: npugraph_ex's ``force_recapture``; accepted, no effect here.
-        capture_error_mode: npugraph_ex's ``capture_error_mode``; accepted, no effect here (the
-            runner captures in ``"thread_local"`` mode).
+        capture_error_mode: npugraph_ex's ``capture_error_mode``: which calls of other threads
+            invalidate a device capture in progress (``"global"``: any thread's unsafe calls;
+            ``"thread_local"``: the capturing thread's; ``"relaxed"``: none). The default is
+            ``"thread_local"``, as CUDA Graph Trees use, not npugraph_ex's ``"global"``: under
+            ``"global"`` a serving thread that allocates while another captures breaks that
+            capture.
     """
 
     disable_reinplace_inplaceable_ops_pass = _Option(
@@ -79,10 +83,7 @@ class AclGraphDebugConfig(_Node):
         "to compare against uncaptured execution instead",
     )
     capture_error_mode = _Option(
-        "global",
-        choice("global", "thread_local", "relaxed"),
-        "capture error mode",
-        effect="the graph runner always captures in 'thread_local' mode",
+        "thread_local", choice("global", "thread_local", "relaxed"), "capture error mode"
     )
 
 
