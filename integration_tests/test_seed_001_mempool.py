@@ -130,11 +130,16 @@ def test_seed_001_output_clone_keeps_held_outputs(device: torch.device) -> None:
         torch.testing.assert_close(held, want)
 
 
-def test_seed_001_held_outputs_are_never_overwritten(device: torch.device) -> None:
-    """Without clone, an output held across later calls keeps its values (the overwrite check,
-    accepted for TorchAir scripts, has nothing left to flag)."""
+@pytest.mark.parametrize("keep", [True, False], ids=["keep_held_outputs", "default"])
+def test_seed_001_held_outputs_are_never_overwritten_or_raise(
+    device: torch.device, keep: bool
+) -> None:
+    """Without clone, an output held across later calls keeps its values with
+    ``keep_held_outputs``; by default a later call overwrites it and reading it raises (the
+    overwrite check, accepted for TorchAir scripts, has nothing left to flag)."""
     config = npu_compile.CompilerConfig()
     config.debug.aclgraph.check_output_overwrite = True
+    config.debug.aclgraph.keep_held_outputs = keep
     model, reference = _pair(device)
     opt_model = torch.compile(model, backend=npu_compile.get_npu_backend(compiler_config=config))
     with torch.no_grad():
@@ -142,4 +147,8 @@ def test_seed_001_held_outputs_are_never_overwritten(device: torch.device) -> No
         held = opt_model(x, pos)
         opt_model(torch.randn(2, 16, device=device), pos)
         opt_model(torch.randn(2, 16, device=device), pos)
-        torch.testing.assert_close(held, reference(x, pos))
+        if keep:
+            torch.testing.assert_close(held, reference(x, pos))
+        else:
+            with pytest.raises(npu_compile.StaleOutputError):
+                held.sum()

@@ -293,3 +293,32 @@ def test_adamw_training_with_outputs_held_equals_eager(forwards: Forwards, depth
     assert not forward.name.endswith("_backward")
     # One call path per forward of a step: the previous step's outputs were taken back.
     assert forward.num_paths == len(outs)
+
+
+def test_a_forward_whose_backward_never_runs_holds_steps_until_a_backward_or_a_reset() -> None:
+    model = _model()
+
+    def loop(compiled: Any) -> torch.Tensor:
+        with torch.no_grad():
+            first = out = compiled(torch.randn(4, 16))
+            for _ in range(2):
+                out = compiled(torch.randn(4, 16))  # noqa: F841 (the previous `out` is held)
+        return first
+
+    training = torch.compile(_regression(3), backend=get_npu_backend())
+    training(torch.randn(8, 4))  # grad on, and no backward: the thread's step stays open
+    backend = get_npu_backend()
+    compiled = torch.compile(model, backend=backend)
+    first = loop(compiled)
+    assert _runner(backend).num_paths == 3  # one step: nothing held was taken back
+    first.sum()
+    training(torch.randn(8, 4)).sum().backward()  # a backward releases the hold
+    first = loop(compiled)
+    assert _runner(backend).num_paths == 3  # steps again: no further path
+    with pytest.raises(StaleOutputError):
+        first.sum()
+    training(torch.randn(8, 4))
+    torch._dynamo.reset()  # so does a reset: those graphs are gone
+    backend = get_npu_backend()
+    loop(torch.compile(model, backend=backend))
+    assert _runner(backend).num_paths == 1

@@ -15,13 +15,15 @@ autograd holds them. A loss kept from the previous iteration is a forward output
 (each iteration's forward begins one), which the forward's runner may overwrite; gradients kept
 with ``zero_grad(set_to_none=False)`` make the backward replay on a second call path instead.
 
-Steps. A training forward holds its thread's step open until a backward of its graph has run
+Steps. A training forward holds its thread's step open until a backward has run
 (``npu_mempool.hold_step``): two forwards of one iteration (two inputs through one model, then
 one loss) are one step, so the second does not take back the outputs of the first. As CUDA Graph
-Trees, one backward releases it (a forward whose backward never runs must not hold the step
-forever once another backward ran). The backward runner keeps every output held (npu-mempool's
-``keep_held_outputs``): it runs in autograd's thread, outside any call of the compiled function,
-and its outputs (gradients) feed autograd, not the caller.
+Trees, any backward releases every hold (a forward whose backward never runs, such as an
+evaluation forgotten outside ``torch.no_grad()``, must not hold its thread's step once another
+backward ran); ``torch._dynamo.reset()`` releases them too. Until then, such a thread's calls
+keep held outputs as with ``keep_held_outputs``. The backward runner keeps every output held
+(npu-mempool's ``keep_held_outputs``): it runs in autograd's thread, outside any call of the
+compiled function, and its outputs (gradients) feed autograd, not the caller.
 
 Backward graphs get neither the post-grad passes nor static kernels (the forward keeps both;
 neither has been validated on backward graphs), and every input is copied into the graph's own
@@ -47,11 +49,29 @@ from npu_compile.configs.compiler_config import CompilerConfig
 if TYPE_CHECKING:
     from npu_compile._stats import BackendStats
 
-__all__ = ["BackwardCompiler"]
+__all__ = ["BackwardCompiler", "release_holds"]
 
 logger = logging.getLogger("npu_compile")
 
 CompiledFn = Callable[..., Any]
+
+# Threads whose step a training forward holds open until a backward runs (any backward, of any
+# graph: see the module docstring). Process-wide: the backward may run in autograd's thread.
+_holding: set[int] = set()
+_holding_lock = threading.Lock()
+
+
+def release_holds() -> None:
+    """End every step hold of a training forward (a backward ran, or Dynamo was reset)."""
+    import npu_mempool
+
+    if not _holding:
+        return
+    with _holding_lock:
+        threads = list(_holding)
+        _holding.clear()
+    for thread in threads:
+        npu_mempool.release_step(thread)
 
 
 class BackwardCompiler:
@@ -70,9 +90,6 @@ class BackwardCompiler:
         self._stats = stats
         self._parameters: frozenset[str] = frozenset()
         self._training = False
-        # Threads whose step a forward of this graph holds open until its backward runs.
-        self._holding: set[int] = set()
-        self._holding_lock = threading.Lock()
 
     def saw_forward(self, fw_gm: torch.fx.GraphModule, kinds: Sequence[Any]) -> None:
         """Remember which forward nodes are a parameter or a view of one (before passes).
@@ -111,13 +128,11 @@ class BackwardCompiler:
             return forward
         import npu_mempool
 
-        holding, lock = self._holding, self._holding_lock
-
         def hold() -> None:
             thread = npu_mempool.hold_step()
-            if thread not in holding:
-                with lock:
-                    holding.add(thread)
+            if thread not in _holding:
+                with _holding_lock:
+                    _holding.add(thread)
 
         if getattr(forward, "_boxed_call", False):
 
@@ -138,19 +153,11 @@ class BackwardCompiler:
         return call
 
     def _released(self, backward: CompiledFn) -> CompiledFn:
-        """``backward`` (boxed) ending the step holds of this graph's forwards once it has run."""
-        import npu_mempool
-
-        holding, lock = self._holding, self._holding_lock
+        """``backward`` (boxed) ending the step holds of training forwards once it has run."""
 
         def call(args: list[Any]) -> Any:
             out = backward(args)
-            if holding:
-                with lock:
-                    threads = list(holding)
-                    holding.clear()
-                for thread in threads:
-                    npu_mempool.release_step(thread)
+            release_holds()
             return out
 
         call._boxed_call = True  # type: ignore[attr-defined]

@@ -31,6 +31,7 @@ import torch
 from npu_compile import _config_checks, _logs, _passes
 from npu_compile._pipeline import compile_graph
 from npu_compile._stats import BackendStats, loaded_stats
+from npu_compile._training import release_holds
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError
 
@@ -107,8 +108,13 @@ class NpuBackend:
         return self
 
     def reset(self) -> None:
-        """Forget the statistics (called by ``torch._dynamo.reset()``)."""
+        """Forget the statistics (called by ``torch._dynamo.reset()``).
+
+        Steps that training forwards hold open for their backward are released too: their graphs
+        are gone.
+        """
         self.stats = BackendStats()
+        release_holds()
 
     def __call__(
         self,
