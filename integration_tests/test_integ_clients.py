@@ -61,20 +61,29 @@ def test_threads_calling_one_compiled_model_get_their_own_results(clone: bool) -
     assert len(wrong) == 0
 
 
-def test_a_nested_compiled_call_and_a_background_thread_do_not_overwrite_a_held_output() -> None:
+@pytest.mark.parametrize("steps", ["keep_held_outputs", "one step around the calls"])
+def test_a_nested_compiled_call_and_a_background_thread_do_not_overwrite_a_held_output(
+    steps: str,
+) -> None:
     block = _Block().eval()
     other = _model(1).eval()
-    backend = get_npu_backend()
+    config = CompilerConfig()
+    # Each call of a compiled function begins a step by default: the calls below are one step
+    # only inside one top_level_call() block (as the calls of a graph-break region are), or
+    # when held outputs are kept.
+    config.debug.aclgraph.keep_held_outputs = steps == "keep_held_outputs"
+    backend = get_npu_backend(compiler_config=config)
     compiled_other = torch.compile(other, backend=backend)
 
     compiled_block = torch.compile(block, backend=backend)
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         # Python between compiled calls, as a graph-break region runs it.
-        a = compiled_block(x)
-        compiled_other(torch.randn(2, 16))  # a nested compiled call in between
-        b = compiled_block(a * 0.5)  # the same FX graph again while `a` is held
-        return a + b
+        with npu_mempool.top_level_call():
+            a = compiled_block(x)
+            compiled_other(torch.randn(2, 16))  # a nested compiled call in between
+            b = compiled_block(a * 0.5)  # the same FX graph again while `a` is held
+            return a + b
 
     stop = threading.Event()
 
