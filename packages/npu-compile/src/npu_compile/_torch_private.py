@@ -45,6 +45,46 @@ def _forward_metadata() -> Any:
     return seen[0]
 
 
+@functools.cache
+def _marked_graph_input() -> dict[str, Any]:
+    """What a backend sees of a Dynamo graph input whose dimension 0 the user marked."""
+    import torch
+
+    seen: dict[str, Any] = {}
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        for node in gm.graph.nodes:
+            value = node.meta.get("example_value")
+            if node.op == "placeholder" and isinstance(value, torch.Tensor) and not seen:
+                # Read while compiling: Dynamo drops its graph arguments afterwards.
+                seen["example"] = example = node.meta["grapharg"].example
+                seen["marks"] = example._dynamo_dynamic_indices
+                seen["shape_env"] = value.shape[0].node.shape_env
+        return gm.forward
+
+    x = torch.ones(3, 2)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch.compile(lambda t: t * 2, backend=backend, fullgraph=True)(x)
+    if not seen:
+        raise LookupError("Dynamo passed the backend no tensor placeholder")
+    return seen
+
+
+def _marked_dims() -> object:
+    marks = _marked_graph_input()["marks"]
+    if 0 not in marks:
+        raise LookupError(f"mark_dynamic(x, 0) left _dynamo_dynamic_indices = {marks!r}")
+    return marks
+
+
+def _shape_env() -> Any:
+    return _marked_graph_input()["shape_env"]
+
+
+def _shape_env_field(field: str) -> Callable[[], object]:
+    return lambda: getattr(_shape_env(), field)
+
+
 def _metadata(field: str) -> Callable[[], object]:
     return lambda: getattr(_forward_metadata(), field)
 
@@ -268,6 +308,56 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "torch.fx.experimental.symbolic_shapes.free_symbols",
         "FX symbolic shapes",
         "_tensorify finds the int inputs that decide no shape",
+    ),
+    # Capture sizes: which dimension the user marked, and the guards a graph was traced under.
+    PrivateApi(
+        "torch._dynamo.variables.builder.GraphArg.example",
+        "Dynamo",
+        "_batch_symbol reads the tensor behind a Dynamo graph input (node.meta['grapharg']) "
+        "for the dimensions the user marked",
+        probe=lambda: _marked_graph_input()["example"],
+    ),
+    PrivateApi(
+        "torch._dynamo.decorators.mark_dynamic",
+        "Dynamo",
+        "_batch_symbol pads the dimension mark_dynamic recorded in _dynamo_dynamic_indices",
+        probe=_marked_dims,
+    ),
+    PrivateApi(
+        "torch.fx.experimental.sym_node.SymNode.shape_env",
+        "FX symbolic shapes",
+        "_batch_symbol finds the shape environment of the batch size's symbol",
+        probe=_shape_env,
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv.guards",
+        "FX symbolic shapes",
+        "_batch_symbol keeps the capture sizes the guards on the batch size admit",
+        probe=_shape_env_field("guards"),
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv.deferred_runtime_asserts",
+        "FX symbolic shapes",
+        "_batch_symbol keeps the capture sizes the runtime assertions on the batch size admit",
+        probe=_shape_env_field("deferred_runtime_asserts"),
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv.var_to_range",
+        "FX symbolic shapes",
+        "_batch_symbol keeps the capture sizes within the batch size's value range",
+        probe=_shape_env_field("var_to_range"),
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv.replacements",
+        "FX symbolic shapes",
+        "_batch_symbol reads guards with the sizes torch specialised replaced",
+        probe=_shape_env_field("replacements"),
+    ),
+    PrivateApi(
+        "torch._ops.OpOverload._schema",
+        "dispatch",
+        "_batch_proof reads an op's arguments by name and which ones it writes",
+        probe=lambda: __import__("torch").ops.aten.add.Tensor._schema,
     ),
     PrivateApi(
         "torch.fx._lazy_graph_module._LazyGraphModule.force_recompile",

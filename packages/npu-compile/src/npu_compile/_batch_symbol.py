@@ -1,0 +1,222 @@
+"""Which size of a graph is the batch, and which capture sizes the graph may run at.
+
+The batch is a dimension the user named, never the first dynamic one that happens to come up:
+
+* ``aclgraph_config.capture_sizes_dim = k``: dimension ``k`` of the tensors the graph takes;
+* else the dimensions marked with ``torch._dynamo.mark_dynamic`` (or ``maybe_mark_dynamic``);
+* else dimension 0 (batch first, as ``torch.nn``, Hugging Face and serving engines lay out
+  inputs), where it is dynamic (``dynamic=True``, or a recompile that found it changing).
+
+Those dimensions must all carry one size symbol, and that symbol no other dimension of an input:
+under duck sizing torch gives equal sizes one symbol (a batch of 3 prompts of 3 tokens), and the
+graph then assumes they stay equal, which padding one of them breaks.
+
+A graph is only valid where the guards it was traced under hold (``Eq(s0, 1)`` for a graph
+traced at batch 1, ``Ne(s0, 1)``, a range): :func:`admitted_sizes` keeps the capture sizes that
+satisfy every guard, runtime assertion and range on the batch symbol.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from npu_compile._batch_proof import expr_of
+
+__all__ = ["Batch", "admitted_sizes", "find_batch"]
+
+Expr = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """The batch of one AOT forward graph.
+
+    Attributes:
+        symbol: The batch size's symbol.
+        tensor_dims: ``(input, dimension)`` pairs of the AOT graph's inputs that hold it.
+        int_args: Positions of int inputs equal to it.
+    """
+
+    symbol: Expr
+    tensor_dims: tuple[tuple[int, int], ...]
+    int_args: tuple[int, ...]
+
+
+#: Attributes ``torch._dynamo.mark_dynamic`` and its siblings set on the tensor they mark.
+_MARKS = ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices", "_dynamo_unbacked_indices")
+
+
+def _dynamo_inputs(
+    dynamo_gm: torch.fx.GraphModule | None, example_inputs: Sequence[Any]
+) -> list[tuple[Any, set[int], str]]:
+    """Each input of Dynamo's graph: its fake value, the dimensions the user marked, its name."""
+    if dynamo_gm is None:
+        return [(value, set(), f"input {i}") for i, value in enumerate(example_inputs)]
+    found = []
+    for node in dynamo_gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        marks: set[int] = set()
+        grapharg = node.meta.get("grapharg")
+        try:
+            real = grapharg.example if grapharg is not None else None
+        except (AttributeError, AssertionError):  # a dead weakref: nothing marked to read
+            real = None
+        for name in _MARKS:
+            marks |= set(getattr(real, name, ()) or ())
+        label = getattr(getattr(grapharg, "source", None), "name", None) or node.name
+        found.append((node.meta.get("example_value"), marks, str(label)))
+    return found
+
+
+def _plain(size: object) -> Expr | None:
+    expr = expr_of(size)
+    return expr if getattr(expr, "is_Symbol", False) else None
+
+
+def find_batch(
+    example_inputs: Sequence[Any],
+    dynamo_gm: torch.fx.GraphModule | None,
+    dim: int | None,
+) -> Batch | str | None:
+    """The batch of a graph; a reason why it cannot be padded; or ``None`` where it has none.
+
+    Args:
+        example_inputs: The AOT forward graph's example inputs.
+        dynamo_gm: Dynamo's graph, whose inputs carry the user's marks (``None``: no marks).
+        dim: ``aclgraph_config.capture_sizes_dim``.
+    """
+    inputs = _dynamo_inputs(dynamo_gm, example_inputs)
+    marked = dim is None and any(marks for _, marks, _ in inputs)
+
+    def allowed(marks: set[int]) -> set[int]:
+        if dim is not None:
+            return {dim}
+        return marks if marked else {0}
+
+    candidates: dict[Expr, str] = {}
+    for value, marks, _ in inputs:
+        if isinstance(value, torch.Tensor):
+            for d in sorted(allowed(marks)):
+                symbol = _plain(value.shape[d]) if d < value.dim() else None
+                if symbol is not None:
+                    candidates.setdefault(symbol, "")
+    for symbol in candidates:
+        candidates[symbol] = _shared(symbol, inputs, allowed)
+    valid = [symbol for symbol, why in candidates.items() if not why]
+    if len(valid) > 1:
+        names = ", ".join(str(s) for s in valid)
+        return (
+            f"several sizes could be the batch ({names}); mark the batch with "
+            "torch._dynamo.mark_dynamic, or set aclgraph_config.capture_sizes_dim"
+        )
+    if not valid:
+        return next((why for why in candidates.values() if why), None)
+    return _in_aot_inputs(valid[0], example_inputs)
+
+
+def _shared(symbol: Expr, inputs: Sequence[tuple[Any, set[int], str]], allowed: Any) -> str:
+    """Why ``symbol`` cannot be padded alone: another dimension holds it too ("" if none)."""
+    for value, marks, label in inputs:
+        if not isinstance(value, torch.Tensor):
+            continue
+        held = [d for d, size in enumerate(value.shape) if symbol in _symbols(size)]
+        others = [d for d in held if d not in allowed(marks)] or held[1:]
+        if others:
+            return (
+                f"the batch size {symbol} is also the size of dimension {others[0]} of {label} "
+                "(torch gave equal sizes one symbol, and the graph assumes they stay equal)"
+            )
+        for d in held:
+            if _plain(value.shape[d]) is None:
+                return f"dimension {d} of {label} is {expr_of(value.shape[d])}"
+    return ""
+
+
+def _symbols(size: object) -> set[Expr]:
+    expr = expr_of(size)
+    return set() if isinstance(expr, (int, float, bool)) else set(expr.free_symbols)
+
+
+def _in_aot_inputs(symbol: Expr, example_inputs: Sequence[Any]) -> Batch | str | None:
+    tensor_dims: list[tuple[int, int]] = []
+    int_args: list[int] = []
+    for index, value in enumerate(example_inputs):
+        if isinstance(value, torch.Tensor):
+            held = [d for d, size in enumerate(value.shape) if symbol in _symbols(size)]
+            if len(held) > 1 or any(_plain(value.shape[d]) != symbol for d in held):
+                return f"graph input {index} holds the batch size {symbol} in another way"
+            tensor_dims.extend((index, d) for d in held)
+        elif symbol in _symbols(value):
+            if expr_of(value) != symbol:
+                return f"int input {index} is {expr_of(value)}, computed from the batch size"
+            int_args.append(index)
+    if not tensor_dims and not int_args:
+        return None
+    return Batch(symbol, tuple(tensor_dims), tuple(int_args))
+
+
+def _shape_env(example_inputs: Sequence[Any], symbol: Expr) -> Any:
+    for value in example_inputs:
+        sizes = value.shape if isinstance(value, torch.Tensor) else [value]
+        for size in sizes:
+            if isinstance(size, torch.SymInt) and symbol in _symbols(size):
+                return size.node.shape_env
+    return None
+
+
+def _conditions(shape_env: Any, symbol: Expr) -> Iterator[Expr]:
+    """The guards and runtime assertions of the shape environment that involve ``symbol``."""
+    replacements = dict(getattr(shape_env, "replacements", {}) or {})
+    found = [guard.expr for guard in shape_env.guards]
+    for asserts in shape_env.deferred_runtime_asserts.values():
+        found.extend(runtime_assert.expr for runtime_assert in asserts)
+    for expr in found:
+        if replacements:
+            expr = expr.xreplace(replacements)
+        if symbol in expr.free_symbols:
+            yield expr
+
+
+def _holds(condition: Expr, symbol: Expr, size: int) -> bool:
+    value = condition.subs(symbol, size)
+    if getattr(value, "free_symbols", None):
+        return False  # it also depends on another size: not provably true at every call
+    try:
+        return bool(value)
+    except TypeError:  # an unevaluated relation
+        return False
+
+
+def admitted_sizes(
+    symbol: Expr, sizes: Sequence[int], bounds: Sequence[Expr], example_inputs: Sequence[Any]
+) -> tuple[tuple[int, ...], dict[int, str]]:
+    """The capture sizes the graph's guards admit, and why each other size is left out.
+
+    Args:
+        symbol: The batch size's symbol.
+        sizes: The capture sizes.
+        bounds: Further relations the padding proof found (an index bound).
+        example_inputs: The graph's example inputs (their sizes lead to the shape environment).
+    """
+    shape_env = _shape_env(example_inputs, symbol)
+    if shape_env is None:
+        return (), {size: "the guards of the graph cannot be read" for size in sizes}
+    conditions = [*_conditions(shape_env, symbol), *bounds]
+    limits = shape_env.var_to_range.get(symbol)
+    kept: list[int] = []
+    left_out: dict[int, str] = {}
+    for size in sizes:
+        if limits is not None and not (bool(limits.lower <= size) and bool(size <= limits.upper)):
+            left_out[size] = f"{symbol} in [{limits.lower}, {limits.upper}]"
+            continue
+        failed = next((c for c in conditions if not _holds(c, symbol, size)), None)
+        if failed is None:
+            kept.append(size)
+        else:
+            left_out[size] = str(failed)
+    return tuple(kept), left_out
