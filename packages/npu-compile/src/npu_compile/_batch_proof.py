@@ -307,9 +307,11 @@ class Prover:
         tensors = self.tensor_args(node)
         held = any(self.states.get(t) is not None for t in tensors)
         if not isinstance(target, torch._ops.OpOverload):
-            # Python arithmetic on sizes (Dynamo's ``mul(s0, s1)``): checked where it is used.
-            if not held and not _holds_tensor(val):
-                return None
+            # Python arithmetic on sizes (Dynamo's ``mul(s0, s1)``) is checked where it is
+            # used; anything else must not touch the batch.
+            if not held and (not _holds_tensor(val) or not self._shape_involves(val)):
+                if not self._uses_batch(node) or not _holds_tensor(val):
+                    return None
             raise Unproven(node, "is not an ATen op the padding rules know")
         self._check_writes(node)
         if target is torch.ops.aten._assert_scalar.default:
@@ -318,7 +320,9 @@ class Prover:
                 self.bounds.append(expr_of(condition))
             return None
         if not _holds_tensor(val):
-            if not held or target in _METADATA:
+            # Ops that return nothing and write nothing (stream events, metadata checks) and
+            # ops that read only sizes cannot carry one row into another.
+            if not held or target in _METADATA or not target._schema.returns:
                 return None
             raise Unproven(node, "reads values of the batch rows back as a number")
         if not held and not self._shape_involves(val) and not self._uses_batch(node):
@@ -375,8 +379,9 @@ class Prover:
             for arg in _nodes_in(value):
                 if arg in self.inputs:
                     raise Unproven(node, f"writes the graph input {arg.name} in place")
-        if torch.Tag.pointwise not in target.tags:
-            raise Unproven(node, "writes a tensor in place")
+        # AOT's graph is functional here (reinplacing comes later): an in-place write comes
+        # from a user pass, and whatever aliases the written tensor would need following too.
+        raise Unproven(node, "writes a tensor in place")
 
     def outputs(self, output: Node) -> Proof:
         results = output.args[0]
@@ -416,7 +421,6 @@ _METADATA = frozenset(
         torch.ops.aten.sym_stride.int,
         torch.ops.aten.sym_numel.default,
         torch.ops.aten.sym_storage_offset.default,
-        torch.ops.aten._assert_tensor_metadata.default,
     }
 )
 

@@ -12,8 +12,8 @@ under duck sizing torch gives equal sizes one symbol (a batch of 3 prompts of 3 
 graph then assumes they stay equal, which padding one of them breaks.
 
 A graph is only valid where the guards it was traced under hold (``Eq(s0, 1)`` for a graph
-traced at batch 1, ``Ne(s0, 1)``, a range): :func:`admitted_sizes` keeps the capture sizes that
-satisfy every guard, runtime assertion and range on the batch symbol.
+traced at batch 1, ``Ne(s0, 1)``, a range): :class:`Guards` keeps the capture sizes that
+satisfy every guard, runtime assertion and range on the batch symbol (:class:`Guards`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 
 from npu_compile._batch_proof import expr_of
 
-__all__ = ["Batch", "admitted_sizes", "find_batch"]
+__all__ = ["Batch", "Guards", "find_batch"]
 
 Expr = Any
 
@@ -192,31 +192,54 @@ def _holds(condition: Expr, symbol: Expr, size: int) -> bool:
         return False
 
 
-def admitted_sizes(
-    symbol: Expr, sizes: Sequence[int], bounds: Sequence[Expr], example_inputs: Sequence[Any]
-) -> tuple[tuple[int, ...], dict[int, str]]:
-    """The capture sizes the graph's guards admit, and why each other size is left out.
+class Guards:
+    """What the graph's guards, runtime assertions and value range say of the batch size.
 
     Args:
         symbol: The batch size's symbol.
-        sizes: The capture sizes.
-        bounds: Further relations the padding proof found (an index bound).
         example_inputs: The graph's example inputs (their sizes lead to the shape environment).
     """
-    shape_env = _shape_env(example_inputs, symbol)
-    if shape_env is None:
-        return (), {size: "the guards of the graph cannot be read" for size in sizes}
-    conditions = [*_conditions(shape_env, symbol), *bounds]
-    limits = shape_env.var_to_range.get(symbol)
-    kept: list[int] = []
-    left_out: dict[int, str] = {}
-    for size in sizes:
+
+    def __init__(self, symbol: Expr, example_inputs: Sequence[Any]) -> None:
+        self.symbol = symbol
+        shape_env = _shape_env(example_inputs, symbol)
+        self.readable = shape_env is not None
+        self.conditions = list(_conditions(shape_env, symbol)) if shape_env is not None else []
+        self.limits = shape_env.var_to_range.get(symbol) if shape_env is not None else None
+
+    def refusal(self, size: int, bounds: Sequence[Expr] = ()) -> str | None:
+        """Why the graph may not run at batch ``size`` (``None``: it may)."""
+        if not self.readable:
+            return "the guards of the graph cannot be read"
+        limits = self.limits
         if limits is not None and not (bool(limits.lower <= size) and bool(size <= limits.upper)):
-            left_out[size] = f"{symbol} in [{limits.lower}, {limits.upper}]"
-            continue
-        failed = next((c for c in conditions if not _holds(c, symbol, size)), None)
-        if failed is None:
-            kept.append(size)
-        else:
-            left_out[size] = str(failed)
-    return tuple(kept), left_out
+            return f"{self.symbol} in [{limits.lower}, {limits.upper}]"
+        failed = next(
+            (c for c in (*self.conditions, *bounds) if not _holds(c, self.symbol, size)), None
+        )
+        return None if failed is None else str(failed)
+
+    def admitted(
+        self, sizes: Sequence[int], bounds: Sequence[Expr] = ()
+    ) -> tuple[tuple[int, ...], dict[int, str]]:
+        """The capture sizes the graph may run at, and why each other one is left out."""
+        kept: list[int] = []
+        left_out: dict[int, str] = {}
+        for size in sizes:
+            why = self.refusal(size, bounds)
+            if why is None:
+                kept.append(size)
+            else:
+                left_out[size] = why
+        return tuple(kept), left_out
+
+    def pads_some_batch(self, kept: Sequence[int]) -> bool:
+        """Whether a batch the graph runs at lies below an admitted size it is not equal to.
+
+        A graph traced at batch 1 (``Eq(s0, 1)``) runs at 1 only: there is nothing to pad.
+        """
+        listed = set(kept)
+        return any(
+            batch not in listed and self.refusal(batch) is None
+            for batch in range(1, max(kept, default=0))
+        )

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from npu_compile._batch_proof import BatchInt, Rows, SliceRows, Unproven, prove
-from npu_compile._batch_symbol import Batch, admitted_sizes, find_batch
+from npu_compile._batch_symbol import Batch, Guards, find_batch
 from npu_compile.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -207,6 +207,17 @@ def plan_padding(
     if isinstance(found, str):
         refuse(found)
         return None
+    guards = Guards(found.symbol, example_inputs)
+    admitted, left_out = guards.admitted(sizes)
+    if not guards.pads_some_batch(admitted):
+        # Traced under a guard that pins the batch (Eq(s0, 1)): every call runs at a size it
+        # may run at, so there is nothing to pad and nothing to prove.
+        logger.info(
+            "FX graph %s is captured per batch size: its guards leave no batch to pad (%s)",
+            name,
+            "; ".join(sorted(set(left_out.values()))) or "no listed size above a batch",
+        )
+        return None
     written = _written_input(gm, kinds)
     if written is not None:
         refuse(written)
@@ -219,7 +230,7 @@ def plan_padding(
     except Unproven as error:
         refuse(f"{error}; padding rows could change real rows there")
         return None
-    admitted, left_out = admitted_sizes(found.symbol, sizes, proof.bounds, example_inputs)
+    admitted, left_out = guards.admitted(sizes, proof.bounds)
     if left_out:
         logger.info(
             "FX graph %s: capture sizes %s left out, the graph holds only where %s",

@@ -59,7 +59,8 @@ def _marked_graph_input() -> dict[str, Any]:
                 # Read while compiling: Dynamo drops its graph arguments afterwards.
                 seen["example"] = example = node.meta["grapharg"].example
                 seen["marks"] = example._dynamo_dynamic_indices
-                seen["shape_env"] = value.shape[0].node.shape_env
+                size: Any = value.shape[0]
+                seen["shape_env"] = size.node.shape_env
         return gm.forward
 
     x = torch.ones(3, 2)
