@@ -309,9 +309,9 @@ class Prover:
         if not isinstance(target, torch._ops.OpOverload):
             # Python arithmetic on sizes (Dynamo's ``mul(s0, s1)``) is checked where it is
             # used; anything else must not touch the batch.
-            if not held and (not _holds_tensor(val) or not self._shape_involves(val)):
-                if not self._uses_batch(node) or not _holds_tensor(val):
-                    return None
+            arithmetic = not _holds_tensor(val)
+            if not held and (arithmetic or not self._touches_batch(node, val)):
+                return None
             raise Unproven(node, "is not an ATen op the padding rules know")
         self._check_writes(node)
         if target is torch.ops.aten._assert_scalar.default:
@@ -325,7 +325,7 @@ class Prover:
             if not held or target in _METADATA or not target._schema.returns:
                 return None
             raise Unproven(node, "reads values of the batch rows back as a number")
-        if not held and not self._shape_involves(val) and not self._uses_batch(node):
+        if not held and not self._touches_batch(node, val):
             return None  # nothing about it depends on the batch: any op is fine
         rule = rule_for(target)
         if rule is None:
@@ -336,6 +336,10 @@ class Prover:
         ):
             raise Unproven(node, "draws random numbers for the batch rows")
         return rule(self, node)
+
+    def _touches_batch(self, node: Node, val: object) -> bool:
+        """Whether the batch size shapes the result or enters as an argument."""
+        return self._shape_involves(val) or self._uses_batch(node)
 
     def _shape_involves(self, val: object) -> bool:
         return any(
