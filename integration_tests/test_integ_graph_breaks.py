@@ -9,8 +9,6 @@ import npu_compile
 import pytest
 import torch
 
-pytestmark = pytest.mark.usefixtures("cpu_replay")
-
 
 class Chatty(torch.nn.Module):
     def __init__(self) -> None:

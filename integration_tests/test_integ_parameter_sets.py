@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import npu_compile
 import npu_mempool
-import pytest
 import torch
-
-pytestmark = pytest.mark.usefixtures("cpu_replay")
 
 
 def test_alternating_instances_replay_instead_of_recapturing(device: torch.device) -> None:

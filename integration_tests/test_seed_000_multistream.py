@@ -17,7 +17,6 @@ from npu_compile.core.utils import logger
 N = 64
 
 # Every example runs with both graphs the CPU emulation can replay (see conftest.cpu_replay).
-pytestmark = pytest.mark.usefixtures("cpu_replay")
 
 
 def _make_model(device: torch.device) -> torch.nn.Module:

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 # Every example runs with both graphs the CPU emulation can replay (see conftest.cpu_replay).
-pytestmark = pytest.mark.usefixtures("cpu_replay")
 
 
 class Model(torch.nn.Module):

@@ -39,6 +39,8 @@ VALUES: dict[str, object] = {
     "data_dump_stage": "original",
     "data_dump_dir": "<dir>",
     "capture_error_mode": "thread_local",
+    "capture_sizes": [2, 4],
+    "splitting_ops": ["aten::mm"],
     "static_kernel_build_dir": "<dir>",
     "static_kernel_fallback_dir": "<dir>",
     # Static kernels build for real (seed 002's suite covers that); here the key's path is set.

@@ -22,7 +22,7 @@ def _model() -> torch.nn.Module:
     ids=["npu_compile", "torch"],
 )
 def test_the_out_equals_f_x_loop_uses_one_graph_with_a_step_boundary(
-    mark: Callable[[], None], dynamo_graph: bool
+    mark: Callable[[], None],
 ) -> None:
     model = _model()
     backend = get_npu_backend()

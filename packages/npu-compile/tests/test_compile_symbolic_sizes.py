@@ -14,7 +14,6 @@ from typing import Any
 import npu_compile
 import pytest
 import torch
-from npu_compile._forward import replaying_aten_graph_on_cpu
 
 
 def _write_prefix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -35,11 +34,10 @@ def _dynamic(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tensors
 
 
-@pytest.mark.parametrize("aten_graph", [True, False], ids=["aten", "cpu-replays-dynamo"])
-def test_equal_hints_are_not_pinned(aten_graph: bool) -> None:
+def test_equal_hints_are_not_pinned() -> None:
     backend, compiled = _compiled(_write_prefix)
     first = _dynamic(torch.randn(16, 4), torch.randn(16, 4))
-    with torch.no_grad(), replaying_aten_graph_on_cpu(aten_graph):
+    with torch.no_grad():
         torch.testing.assert_close(compiled(*first), _write_prefix(*first))
         for rows in (8, 12):  # b shorter than a: the sizes the pass must not have ruled out
             args = (torch.randn(16, 4), torch.randn(rows, 4))
@@ -59,7 +57,7 @@ def test_equal_hints_are_not_pinned_without_error_on_new_guards(
         monkeypatch.delattr(ShapeEnv, "error_on_new_guards")
     backend, compiled = _compiled(_write_prefix)
     first = _dynamic(torch.randn(16, 4), torch.randn(16, 4))
-    with torch.no_grad(), replaying_aten_graph_on_cpu(True):
+    with torch.no_grad():
         torch.testing.assert_close(compiled(*first), _write_prefix(*first))
         args = (torch.randn(16, 4), torch.randn(8, 4))
         torch.testing.assert_close(compiled(*args), _write_prefix(*args))
@@ -72,7 +70,7 @@ def test_equal_hints_with_guards_dropped_as_vllm_does() -> None:
         _write_prefix, options={"guard_filter_fn": torch.compiler.skip_all_guards_unsafe}
     )
     first = _dynamic(torch.randn(16, 4), torch.randn(16, 4))
-    with torch.no_grad(), replaying_aten_graph_on_cpu():
+    with torch.no_grad():
         compiled(*first)
         args = (torch.randn(16, 4), torch.randn(8, 4))
         torch.testing.assert_close(compiled(*args), _write_prefix(*args))
@@ -128,7 +126,7 @@ def test_each_pass_keeps_sizes_symbolic(case: str) -> None:
     config.experimental_config.remove_noop_ops = True
     backend = npu_compile.get_npu_backend(compiler_config=config)
     compiled = torch.compile(fn, backend=backend, dynamic=True)
-    with torch.no_grad(), replaying_aten_graph_on_cpu():
+    with torch.no_grad():
         for n in (8, 5, 13):
             args = make(n)
             reference = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]

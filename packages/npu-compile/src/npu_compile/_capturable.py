@@ -13,6 +13,7 @@ __all__ = [
     "devices",
     "external_state_reason",
     "host_sync_reason",
+    "called_op",
     "op_name",
     "op_tags",
     "records_autograd",
@@ -84,6 +85,29 @@ def op_name(target: object) -> str:
     return str(getattr(target, "_qualified_op_name", ""))  # an OpOverloadPacket
 
 
+#: Higher-order ops that call another op, and where it sits among their arguments: AOT autograd
+#: wraps an op that writes into an argument (``mutates_args``, such as an attention op with an
+#: output buffer) in ``auto_functionalized`` (``_v2`` since torch 2.6), and an op with effects
+#: in ``with_effects(token, op, ...)``.
+_WRAPPERS = {"auto_functionalized": 0, "auto_functionalized_v2": 0, "with_effects": 1}
+
+
+def called_op(node: torch.fx.Node) -> object:
+    """The operator ``node`` runs: its target, or the op a functionalization wrapper calls.
+
+    A split, unsafe-tag or name rule that looked only at the target would miss every op that
+    writes into an argument: the graph calls it through ``auto_functionalized_v2``.
+    """
+    target = node.target
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        position = _WRAPPERS.get(target.name())  # type: ignore[no-untyped-call]
+        if position is not None and len(node.args) > position:
+            inner = node.args[position]
+            if isinstance(inner, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+                return inner
+    return target
+
+
 def op_tags(target: object) -> tuple[object, ...]:
     """The ``torch.Tag`` s of an operator (of any overload, for a packet)."""
     tags = getattr(target, "tags", None)  # an OpOverload
@@ -113,8 +137,9 @@ def external_state_reason(gm: torch.fx.GraphModule, device_type: str) -> str | N
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
-        name = op_name(node.target)
-        if _UNSAFE_TAG is not None and _UNSAFE_TAG in op_tags(node.target):
+        op = called_op(node)
+        name = op_name(op)
+        if _UNSAFE_TAG is not None and _UNSAFE_TAG in op_tags(op):
             return (
                 f"node {node.name} ({name}) is declared cudagraph_unsafe by its library (torch's "
                 "tag for ops a device graph cannot replay); run it outside the compiled region"

@@ -10,9 +10,7 @@ of the plan once AOT returns.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,25 +33,9 @@ from npu_compile.configs.compiler_config import CompilerConfig
 if TYPE_CHECKING:
     from npu_compile._stats import BackendStats
 
-__all__ = ["ForwardCompiler", "ForwardPlan", "replaying_aten_graph_on_cpu"]
+__all__ = ["ForwardCompiler", "ForwardPlan"]
 
 CompiledFn = Callable[..., Any]
-
-#: On CPU the emulated graph replays Dynamo's graph rather than the ATen graph (faster Python);
-#: ``replaying_aten_graph_on_cpu()`` runs the ATen graph through the runner as a device does.
-_CPU_REPLAYS_DYNAMO_GRAPH: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "npu_compile_cpu_replays_dynamo_graph", default=True
-)
-
-
-@contextlib.contextmanager
-def replaying_aten_graph_on_cpu(enabled: bool = True) -> Iterator[None]:
-    """Within the block, CPU graphs replay AOT's ATen graph, as a device captures it."""
-    token = _CPU_REPLAYS_DYNAMO_GRAPH.set(not enabled)
-    try:
-        yield
-    finally:
-        _CPU_REPLAYS_DYNAMO_GRAPH.reset(token)
 
 
 @dataclass(frozen=True)
@@ -81,12 +63,10 @@ class ForwardCompiler:
         name: The FX graph's name (``npu_compile_<n>``), used in logs and runner names.
         config: The options (pool id tuples already resolved).
         stats: The backend's statistics.
-        dynamo_gm: Dynamo's graph, which the CPU emulation may replay instead of the ATen graph.
         n_dynamo_inputs: How many inputs Dynamo passes.
         device: The device the graph is captured on.
         split: Whether the graph may be captured in pieces (``aclgraph_config.piecewise``).
         saving: Whether torch's AOT compile bundles the result to be saved.
-        decompositions: The user's decompositions (they make the CPU replay the ATen graph).
         backward: The backward compiler of the same graph, told about training forwards.
     """
 
@@ -96,23 +76,19 @@ class ForwardCompiler:
         name: str,
         config: CompilerConfig,
         stats: BackendStats,
-        dynamo_gm: torch.fx.GraphModule,
         n_dynamo_inputs: int,
         device: torch.device,
         split: bool,
         saving: bool,
-        decompositions: Mapping[Any, Callable[..., Any]],
         backward: BackwardCompiler,
     ) -> None:
         self.name = name
         self.config = config
         self.stats = stats
-        self.dynamo_gm = dynamo_gm
         self.n_dynamo_inputs = n_dynamo_inputs
         self.device = device
         self.split = split
         self.saving = saving
-        self.decompositions = decompositions
         self.backward = backward
         # The grad mode of the call being compiled (AOT compiles the forward graph without grad).
         self.grad_enabled = torch.is_grad_enabled()
@@ -211,25 +187,12 @@ class ForwardCompiler:
         lost = static_kernels_lost(self.name, self.stats)
         hook = specializer(config, prepared, name=self.name, lost=lost)
         specialize = _passes.filter_specializer(config, hook, forward)
-        replayed = forward
-        if (
-            self.device.type == "cpu"
-            and bypass
-            and specialize is None
-            and tensorified is None
-            and _CPU_REPLAYS_DYNAMO_GRAPH.get()
-            and not _passes.rewrites_graph(config, self.decompositions)
-        ):
-            # The CPU "graph" replays by re-running Python. Dynamo's graph calls the fast torch
-            # bindings (one `linear` instead of ATen `t` + `addmm` overload calls), several µs
-            # cheaper per step, with the same ops and the same in-place updates. With `bypass`
-            # its inputs are AOT's inputs one to one, so the input classes still apply.
-            replayed = forward_of(self.dynamo_gm)
         # Inside AOT's wrapper (no bypass) the runner receives AOT's arguments, which Dynamo
         # does not guard, so nothing is marked guarded there.
         guarded = guarded_by_dynamo(kinds, example_inputs) if bypass else None
+        # Every device, the CPU emulation included, captures the ATen graph after every pass.
         function = runner_function(
-            replayed,
+            forward,
             prepared,
             kinds,
             config,

@@ -27,14 +27,13 @@ from typing import Any
 
 import torch
 
-from npu_compile import _torch_compat
+from npu_compile import _reinplace, _torch_compat
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError
 
 __all__ = [
     "run_post_grad_passes",
     "finish",
-    "rewrites_graph",
     "check_decompositions",
     "filter_specializer",
 ]
@@ -65,19 +64,6 @@ def check_decompositions(decompositions: object) -> dict[Any, Callable[..., Any]
                 f"{type(function).__name__}"
             )
     return dict(decompositions)
-
-
-def rewrites_graph(config: CompilerConfig, decompositions: Decompositions) -> bool:
-    """Whether the AOT graph may compute differently from Dynamo's graph.
-
-    User passes and decompositions can change what the graph computes, so the graph that runs
-    must be the AOT graph they were applied to (the CPU emulation otherwise replays Dynamo's).
-    """
-    return bool(
-        decompositions
-        or config.get("post_grad_custom_pre_pass") is not None
-        or config.get("post_grad_custom_post_pass") is not None
-    )
 
 
 def _user_pass(
@@ -114,129 +100,6 @@ def _remove_noop_ops(gm: torch.fx.GraphModule) -> None:
     from torch._inductor.fx_passes.post_grad import remove_noop_ops
 
     remove_noop_ops(gm.graph)
-
-
-def _reinplace_input_mutations(gm: torch.fx.GraphModule) -> None:
-    # A functional op whose result is copied back into a graph input becomes the in-place op on
-    # that input (a KV-cache `index_put` + `copy_` becomes one `index_put_`). Inductor's pass
-    # knows the scatter-like ops but not streams: it runs only where every graph input written
-    # back is read on one stream. The plain ops (`y.mul_(s)` traced as `mul` + `copy_`) are
-    # handled below with TorchAir's stream condition.
-    from torch._inductor.fx_passes.reinplace import reinplace_inplaceable_ops_core
-
-    if not _inputs_read_across_streams(gm.graph):
-        reinplace_inplaceable_ops_core(gm.graph)
-    _reinplace_copied_back_ops(gm.graph)
-
-
-def _storage(node: Any) -> int | None:
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    if not isinstance(value, torch.Tensor):
-        return None
-    try:
-        return int(value.untyped_storage()._cdata)
-    except (RuntimeError, NotImplementedError):
-        return None
-
-
-def _copies_into_inputs(graph: torch.fx.Graph) -> list[torch.fx.Node]:
-    """The ``copy_`` nodes that write a value back into a graph input."""
-    return [
-        node
-        for node in graph.nodes
-        if node.target is torch.ops.aten.copy_.default
-        and isinstance(node.args[0], torch.fx.Node)
-        and node.args[0].op == "placeholder"
-        and isinstance(node.args[1], torch.fx.Node)
-    ]
-
-
-def _aliases(graph: torch.fx.Graph) -> dict[int, list[torch.fx.Node]]:
-    """Nodes by the storage of their value: a graph input and its views share one."""
-    by_storage: dict[int, list[torch.fx.Node]] = {}
-    for node in graph.nodes:
-        storage = _storage(node)
-        if storage is not None:
-            by_storage.setdefault(storage, []).append(node)
-    return by_storage
-
-
-def _readers(node: torch.fx.Node, aliases: dict[int, list[torch.fx.Node]]) -> set[torch.fx.Node]:
-    """Every node that reads ``node``'s memory, directly or through a view."""
-    storage = _storage(node)
-    sharing = aliases.get(storage, [node]) if storage is not None else [node]
-    return {user for alias in sharing for user in alias.users}
-
-
-def _streams(nodes: Any) -> set[Any]:
-    from npu_streams import STREAM_META_KEY
-
-    return {node.meta.get(STREAM_META_KEY) for node in nodes} - {None}
-
-
-def _inputs_read_across_streams(graph: torch.fx.Graph) -> bool:
-    """True when a graph input written back (``copy_``) is read on more than one stream."""
-    aliases = _aliases(graph)
-    for copy in _copies_into_inputs(graph):
-        dst = copy.args[0]
-        assert isinstance(dst, torch.fx.Node)
-        if len(_streams(_readers(dst, aliases) - {copy})) > 1:
-            return True
-    return False
-
-
-def _reinplace_copied_back_ops(graph: torch.fx.Graph) -> None:
-    """``b = op(a, ...)`` then ``a.copy_(b)`` into a graph input ``a`` becomes ``op_(a, ...)``.
-
-    Only where nothing can tell the difference: ``op_`` exists, ``b`` has ``a``'s shape and dtype,
-    no other argument of ``op`` shares ``a``'s memory, nothing reads ``a`` (or a view of it)
-    between ``op`` and the copy, and, in a graph with streams, every reader of ``a`` runs on
-    ``op``'s stream (TorchAir's condition: a reader on another stream could see the new value
-    early).
-    """
-    from torch.fx.passes.reinplace import _maybe_get_inplace_op
-
-    order = {node: index for index, node in enumerate(graph.nodes)}
-    aliases = _aliases(graph)
-    for copy in _copies_into_inputs(graph):
-        dst, src = copy.args[0], copy.args[1]
-        assert isinstance(dst, torch.fx.Node)
-        assert isinstance(src, torch.fx.Node)
-        if src.op != "call_function" or not src.args or src.args[0] is not dst:
-            continue
-        inplace = _maybe_get_inplace_op(src.target)
-        new, old = src.meta.get("val"), dst.meta.get("val")
-        storage = _storage(dst)
-        if inplace is None or storage is None or not isinstance(new, torch.Tensor):
-            continue
-        assert isinstance(old, torch.Tensor)
-        if new.dtype != old.dtype or new.shape != old.shape:
-            continue
-        others = [a for a in (*src.args[1:], *src.kwargs.values()) if isinstance(a, torch.fx.Node)]
-        if any(_storage(a) == storage for a in others):
-            continue
-        readers = _readers(dst, aliases) - {src, copy}
-        if any(order[src] < order[user] < order[copy] for user in readers):
-            continue
-        if len(_streams({*readers, src})) > 1:
-            continue
-        src.target = inplace
-        copy.replace_all_uses_with(dst)
-        graph.erase_node(copy)
-
-
-def _reinplace_functional(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
-    # `b = op(a)` where `a` is an intermediate nobody reads later becomes `op_(a)`. Graph inputs
-    # are never written (torch's pass refuses them).
-    from torch._guards import detect_fake_mode
-    from torch.fx.passes.reinplace import reinplace
-
-    fake_mode = detect_fake_mode(list(example_inputs))
-    if fake_mode is None:
-        reinplace(gm, *example_inputs)
-        return
-    with fake_mode:
-        reinplace(gm, *example_inputs)
 
 
 def _dump_graph(gm: torch.fx.GraphModule, config: CompilerConfig, name: str) -> None:
@@ -313,7 +176,7 @@ def _guarded(
     gm: torch.fx.GraphModule,
     name: str,
     pass_name: str,
-    run: Callable[[], None],
+    run: Callable[[], object],
     shape_env: Any = None,
 ) -> None:
     # Built-in passes only save memory and copies: one that cannot handle a graph (fake
@@ -362,11 +225,11 @@ def finish(
     if functional or mutated:
         shape_env = _shape_env(example_inputs)
         if functional:
-            reinplace = lambda: _reinplace_functional(gm, example_inputs)  # noqa: E731
+            reinplace = lambda: _reinplace.reinplace_intermediates(gm.graph)  # noqa: E731
             _guarded(gm, name, "reinplace", reinplace, shape_env)
         # As in TorchAir, last: it rewrites the copies back into inputs the first pass leaves.
         if mutated:
-            reinplace_inputs = lambda: _reinplace_input_mutations(gm)  # noqa: E731
+            reinplace_inputs = lambda: _reinplace.reinplace_input_mutations(gm.graph)  # noqa: E731
             _guarded(gm, name, "input reinplace", reinplace_inputs, shape_env)
     _dump_graph(gm, config, name)
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from npu_compile._capturable import HOST_SYNC_OPS, op_name, op_tags, unsafe_tag
+from npu_compile._capturable import HOST_SYNC_OPS, called_op, op_name, op_tags, unsafe_tag
 from npu_compile._fallback import FallbackReason
 
 if TYPE_CHECKING:
@@ -90,7 +90,9 @@ def split_points(
 
 
 def _why(node: torch.fx.Node, device: torch.device, named: set[str]) -> Split | None:
-    target = node.target
+    # An op that writes into an argument runs inside a functionalization wrapper: the rules
+    # below are about the op it calls.
+    target = called_op(node)
     name = op_name(target)
     overload = getattr(target, "_overloadname", "")
     if name in named or (overload and f"{name}.{overload}" in named):

@@ -75,12 +75,10 @@ def compile_graph(
         name=name,
         config=config,
         stats=stats,
-        dynamo_gm=gm,
         n_dynamo_inputs=len(example_inputs),
         device=device,
         split=split,
         saving=saving,
-        decompositions=decompositions,
         backward=backward,
     )
     keyed = _torch_compat.options_in_cache_key(config, decompositions) if saving else None

@@ -116,6 +116,11 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         probe=_forward_metadata,
     ),
     PrivateApi(
+        "torch._ops.HigherOrderOperator",
+        "FX",
+        "_capturable finds the op inside auto_functionalized(_v2) and with_effects for splitting",
+    ),
+    PrivateApi(
         "torch.fx.passes.split_module.split_module",
         "FX",
         "_piecewise splits a graph into pieces around the nodes that run eagerly",
@@ -123,12 +128,12 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch.fx.passes.reinplace._maybe_get_inplace_op",
         "FX",
-        "_passes finds the in-place variant of an op copied back into a graph input",
+        "_reinplace finds the in-place variant of a functional op (same schema)",
     ),
     PrivateApi(
         "torch._guards.detect_fake_mode",
         "AOT autograd",
-        "_passes runs torch's reinplace pass in the fake mode of the example inputs",
+        "_passes finds the shape environment of the example inputs (no new guards in passes)",
     ),
     PrivateApi(
         f"{_SCHEMAS}.ViewAndMutationMeta.input_info",
@@ -374,12 +379,12 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch._inductor.fx_passes.reinplace.reinplace_inplaceable_ops_core",
         "Inductor",
-        "_passes writes a functional op copied back into an input in place (KV caches)",
+        "_reinplace writes a functional op copied back into an input in place (KV caches)",
     ),
     PrivateApi(
-        "torch.fx.passes.reinplace.reinplace",
-        "FX",
-        "_passes writes functional ops on dead intermediates in place",
+        "torch.fx.experimental.symbolic_shapes.statically_known_true",
+        "FX symbolic shapes",
+        "_reinplace compares symbolic sizes and strides without adding a guard",
     ),
     PrivateApi(
         "torch._inductor.cpp_builder.get_cpp_compiler",

@@ -200,6 +200,9 @@ NPUGRAPH_EX_OPTIONS: dict[str, tuple[str, bool]] = {
     "clone_input": ("debug.aclgraph.clone_input", False),
     "clone_output": ("debug.aclgraph.enable_output_clone", False),
     "force_eager": ("debug.run_eagerly", False),
+    # npugraph_ex has no names for these; they are vLLM's (`splitting_ops`) and this tree's.
+    "capture_sizes": ("aclgraph_config.capture_sizes", False),
+    "splitting_ops": ("aclgraph_config.splitting_ops", False),
     "static_kernel_compile": ("experimental_config.aclgraph._aclnn_static_shape_kernel", False),
     "_vllm_aclnn_static_kernel_sym_index": (
         "experimental_config.aclgraph._aclnn_static_shape_kernel_sym_index",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
@@ -61,24 +60,30 @@ class Cuda:
     def legacy_graph(self) -> Any:
         return torch.cuda.CUDAGraph()
 
-    def legacy_context(self, graph: Any, pool_id: Any, stream: Any) -> Any:
-        return torch.cuda.graph(
-            graph, pool=pool_id, stream=stream, capture_error_mode="thread_local"
-        )
+    def legacy_context(self, graph: Any, pool_id: Any, stream: Any, error_mode: str) -> Any:
+        return torch.cuda.graph(graph, pool=pool_id, stream=stream, capture_error_mode=error_mode)
 
     def current_stream(self, device: torch.device) -> Any:
         return torch.cuda.current_stream(device)
 
-    def abandon_capture(self, index: int, pool_id: Any, stream: Any) -> None:
-        # torch.cuda.graph ends the capture before it leaves its stream context: when ending the
-        # capture raises, the capture stream stays current and the allocator keeps routing this
-        # thread's allocations to the pool, refusing every later capture into it. Undo both.
+    def set_stream(self, stream: Any) -> None:
         torch.cuda.set_stream(stream)
-        for hook in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
-            call = getattr(torch._C, hook, None)
-            if call is not None:
-                with contextlib.suppress(RuntimeError):
-                    call(index, pool_id)
+
+    def end_allocate_to_pool(self, index: int, pool_id: Any) -> bool:
+        # Refused ("not currently recording") once capture_end has stopped the routing itself.
+        end = getattr(torch._C, "_cuda_endAllocateToPool", None)
+        if end is None:
+            return False
+        try:
+            end(index, pool_id)
+        except RuntimeError:
+            return False
+        return True
+
+    def release_pool(self, index: int, pool_id: Any) -> None:
+        release = getattr(torch._C, "_cuda_releasePool", None)
+        if release is not None:
+            release(index, pool_id)
 
 
 def _backend() -> GraphBackend:

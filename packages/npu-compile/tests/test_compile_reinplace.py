@@ -1,0 +1,131 @@
+"""Reinplacing of intermediates: in place only where nothing can tell the difference.
+
+Each case traces a small function to an ATen graph with fake tensors (what AOT autograd hands
+the backend), runs the pass, and checks both which ops now write in place and that the graph
+still computes what the function does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import npu_compile
+import pytest
+import torch
+from npu_compile._reinplace import reinplace_intermediates
+from torch.fx.experimental.proxy_tensor import make_fx
+
+aten = torch.ops.aten
+
+
+def _reinplaced(fn: Callable[..., object], *args: torch.Tensor) -> tuple[set[str], object]:
+    """The in-place ops the pass wrote, and the graph's result on ``args``."""
+    gm = make_fx(fn, tracing_mode="fake")(*args)
+    reinplace_intermediates(gm.graph)
+    gm.recompile()
+    inplace = {
+        str(node.target)
+        for node in gm.graph.nodes
+        if node.op == "call_function" and str(node.target).split(".")[-2].endswith("_")
+    }
+    return inplace, gm(*args)
+
+
+def test_a_chain_of_dead_intermediates_is_written_in_place() -> None:
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        return ((x * 3) + 1).sigmoid()
+
+    x = torch.randn(4, 5)
+    inplace, got = _reinplaced(chain, x)
+    assert inplace == {"aten.add_.Tensor", "aten.sigmoid_.default"}
+    torch.testing.assert_close(got, chain(x))
+
+
+def test_overlapping_operands_are_not_written_in_place() -> None:
+    # Hugging Face's position ids from a packed mask: two overlapping slices of one tensor.
+    def differences(x: torch.Tensor) -> torch.Tensor:
+        c = torch.cat([x[:, :1] - 1, x], dim=-1)
+        return (c[:, 1:] - c[:, :-1]).ne(1).cumsum(-1)
+
+    x = torch.arange(14).reshape(2, 7)
+    inplace, got = _reinplaced(differences, x)
+    assert "aten.sub_.Tensor" not in inplace
+    torch.testing.assert_close(got, differences(x))
+
+
+def test_memory_read_later_through_a_view_is_not_written() -> None:
+    def later_view(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * 2
+        view = y[0]
+        z = y.add(1)  # `y` is read afterwards through `view`
+        return z, view * 3
+
+    x = torch.randn(3, 4)
+    inplace, got = _reinplaced(later_view, x)
+    assert "aten.add_.Tensor" not in inplace
+    torch.testing.assert_close(got, later_view(x))
+
+
+def test_an_intermediate_the_graph_returns_is_not_written() -> None:
+    def returned(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * 2
+        return y, y.relu()
+
+    x = torch.randn(6)
+    inplace, got = _reinplaced(returned, x)
+    assert inplace == set()
+    torch.testing.assert_close(got, returned(x))
+
+
+def test_graph_inputs_are_never_scratch() -> None:
+    def on_input(x: torch.Tensor) -> torch.Tensor:
+        return x.add(1).relu()
+
+    x = torch.randn(5)
+    before = x.clone()
+    inplace, got = _reinplaced(on_input, x)
+    assert "aten.add_.Tensor" not in inplace  # x is the caller's
+    torch.testing.assert_close(x, before)
+    torch.testing.assert_close(got, on_input(x))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, y: (x * 1).add(y),  # broadcast: the result is larger than `x * 1`
+        lambda x, y: (x > 0).to(torch.int64).add(y),  # type promotion to float
+        lambda x, y: (x * 1).t().add(y.t()).t(),  # strides of a transposed view
+    ],
+    ids=["broadcast", "promotion", "strides"],
+)
+def test_results_that_do_not_fit_the_operand_stay_out_of_place(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> None:
+    x, y = torch.randn(1, 4), torch.randn(3, 4)
+    if fn(x, y).shape == x.shape:
+        x = torch.randn(3, 4)
+    inplace, got = _reinplaced(fn, x, y)
+    assert "aten.add_.Tensor" not in inplace
+    torch.testing.assert_close(got, fn(x, y))
+
+
+def test_random_ops_are_not_written_in_place() -> None:
+    def noisy(x: torch.Tensor) -> torch.Tensor:
+        return torch.bernoulli(x.sigmoid())
+
+    inplace, _ = _reinplaced(noisy, torch.randn(8))
+    assert not any("bernoulli" in op for op in inplace)
+
+
+def test_the_backend_gives_eager_numbers_on_overlapping_slices() -> None:
+    def positions(mask: torch.Tensor) -> torch.Tensor:
+        c = torch.cat([mask[:, :1] - 1, mask], dim=-1)
+        return (c[:, 1:] - c[:, :-1]).ne(1).cumsum(-1) * 1.0
+
+    backend = npu_compile.get_npu_backend()
+    compiled = torch.compile(positions, backend=backend)
+    with torch.no_grad():
+        for length in (7, 5, 9):
+            mask = torch.arange(2 * length).reshape(2, length)
+            torch.testing.assert_close(compiled(mask), positions(mask))
+    assert backend.stats.captured >= 1
