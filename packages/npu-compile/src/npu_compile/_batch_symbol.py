@@ -19,7 +19,7 @@ satisfy every guard, runtime assertion and range on the batch symbol (:class:`Gu
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -50,27 +50,58 @@ class Batch:
 _MARKS = ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices", "_dynamo_unbacked_indices")
 
 
-def _dynamo_inputs(
-    dynamo_gm: torch.fx.GraphModule | None, example_inputs: Sequence[Any]
-) -> list[tuple[Any, set[int], str]]:
-    """Each input of Dynamo's graph: its fake value, the dimensions the user marked, its name."""
-    if dynamo_gm is None:
-        return [(value, set(), f"input {i}") for i, value in enumerate(example_inputs)]
-    found = []
-    for node in dynamo_gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        marks: set[int] = set()
-        grapharg = node.meta.get("grapharg")
-        try:
-            real = grapharg.example if grapharg is not None else None
-        except (AttributeError, AssertionError):  # a dead weakref: nothing marked to read
-            real = None
-        for name in _MARKS:
-            marks |= set(getattr(real, name, ()) or ())
-        label = getattr(getattr(grapharg, "source", None), "name", None) or node.name
-        found.append((node.meta.get("example_value"), marks, str(label)))
-    return found
+@dataclasses.dataclass
+class _Input:
+    """A tensor Dynamo traced: its name, its dynamic sizes by dimension, the dimensions marked."""
+
+    label: str
+    sizes: dict[int, Expr] = dataclasses.field(default_factory=dict)
+    marks: set[int] = dataclasses.field(default_factory=set)
+
+
+def _name(source: Any) -> str:
+    name = source.name  # a property since torch 2.12, a method before
+    return str(name() if callable(name) else name)
+
+
+def _traced_inputs(example_inputs: Sequence[Any]) -> list[_Input]:
+    """The tensors of the traced frame with their size symbols and the user's marks.
+
+    The shape environment records where each size symbol came from (``L['x'].size()[0]``), and
+    the tracing context keeps each traced tensor with its source: together they say which
+    dimension of which input holds a symbol, and which dimensions the user marked. Without them
+    (no tracing context) the graph's own inputs stand in, unnamed and unmarked.
+    """
+    from torch._guards import TracingContext
+
+    shape_env = _any_shape_env(example_inputs)
+    context = TracingContext.try_get()
+    if shape_env is None or context is None:
+        return [
+            _Input(f"input {i}", {d: expr_of(size) for d, size in enumerate(value.shape)})
+            for i, value in enumerate(example_inputs)
+            if isinstance(value, torch.Tensor)
+        ]
+    replacements = dict(shape_env.replacements)
+    inputs: dict[str, _Input] = {}
+    for symbol, sources in shape_env.var_to_sources.items():
+        for source in sources:  # a TensorPropertySource (base, prop, idx) for a tensor's size
+            prop = getattr(getattr(source, "prop", None), "name", None)
+            base, dim = getattr(source, "base", None), getattr(source, "idx", None)
+            if prop == "SIZE" and base is not None and isinstance(dim, int):
+                label = _name(base)
+                inputs.setdefault(label, _Input(label)).sizes[dim] = replacements.get(
+                    symbol, symbol
+                )
+    traced: Any = context.tensor_to_context  # a WeakIdKeyDictionary: real tensor -> context
+    for real, symbolic in list(traced.items()):
+        source = getattr(symbolic, "tensor_source", None)
+        if source is not None:
+            label = _name(source)
+            entry = inputs.setdefault(label, _Input(label))
+            for attribute in _MARKS:
+                entry.marks |= set(getattr(real, attribute, ()) or ())
+    return list(inputs.values())
 
 
 def _plain(size: object) -> Expr | None:
@@ -78,33 +109,34 @@ def _plain(size: object) -> Expr | None:
     return expr if getattr(expr, "is_Symbol", False) else None
 
 
-def find_batch(
-    example_inputs: Sequence[Any],
-    dynamo_gm: torch.fx.GraphModule | None,
-    dim: int | None,
-) -> Batch | str | None:
+def find_batch(example_inputs: Sequence[Any], dim: int | None) -> Batch | str | None:
     """The batch of a graph; a reason why it cannot be padded; or ``None`` where it has none.
 
     Args:
         example_inputs: The AOT forward graph's example inputs.
-        dynamo_gm: Dynamo's graph, whose inputs carry the user's marks (``None``: no marks).
         dim: ``aclgraph_config.capture_sizes_dim``.
     """
-    inputs = _dynamo_inputs(dynamo_gm, example_inputs)
-    marked = dim is None and any(marks for _, marks, _ in inputs)
+    inputs = _traced_inputs(example_inputs)
+    marked = dim is None and any(entry.marks for entry in inputs)
 
-    def allowed(marks: set[int]) -> set[int]:
+    def allowed(entry: _Input) -> set[int]:
         if dim is not None:
             return {dim}
-        return marks if marked else {0}
+        return entry.marks if marked else {0}
 
+    in_graph = {
+        symbol
+        for value in example_inputs
+        if isinstance(value, torch.Tensor)
+        for symbol in map(_plain, value.shape)
+        if symbol is not None
+    }
     candidates: dict[Expr, str] = {}
-    for value, marks, _ in inputs:
-        if isinstance(value, torch.Tensor):
-            for d in sorted(allowed(marks)):
-                symbol = _plain(value.shape[d]) if d < value.dim() else None
-                if symbol is not None:
-                    candidates.setdefault(symbol, "")
+    for entry in inputs:
+        for d in sorted(allowed(entry)):
+            symbol = _plain(entry.sizes.get(d))
+            if symbol is not None and symbol in in_graph:
+                candidates[symbol] = ""
     for symbol in candidates:
         candidates[symbol] = _shared(symbol, inputs, allowed)
     valid = [symbol for symbol, why in candidates.items() if not why]
@@ -119,21 +151,20 @@ def find_batch(
     return _in_aot_inputs(valid[0], example_inputs)
 
 
-def _shared(symbol: Expr, inputs: Sequence[tuple[Any, set[int], str]], allowed: Any) -> str:
+def _shared(symbol: Expr, inputs: Sequence[_Input], allowed: Callable[[_Input], set[int]]) -> str:
     """Why ``symbol`` cannot be padded alone: another dimension holds it too ("" if none)."""
-    for value, marks, label in inputs:
-        if not isinstance(value, torch.Tensor):
-            continue
-        held = [d for d, size in enumerate(value.shape) if symbol in _symbols(size)]
-        others = [d for d in held if d not in allowed(marks)] or held[1:]
+    for entry in inputs:
+        held = sorted(d for d, size in entry.sizes.items() if symbol in _symbols(size))
+        others = [d for d in held if d not in allowed(entry)] or held[1:]
         if others:
             return (
-                f"the batch size {symbol} is also the size of dimension {others[0]} of {label} "
-                "(torch gave equal sizes one symbol, and the graph assumes they stay equal)"
+                f"the batch size {symbol} is also the size of dimension {others[0]} of "
+                f"{entry.label} (torch gave equal sizes one symbol, and the graph assumes they "
+                "stay equal)"
             )
         for d in held:
-            if _plain(value.shape[d]) is None:
-                return f"dimension {d} of {label} is {expr_of(value.shape[d])}"
+            if _plain(entry.sizes[d]) is None:
+                return f"dimension {d} of {entry.label} is {expr_of(entry.sizes[d])}"
     return ""
 
 
@@ -160,11 +191,12 @@ def _in_aot_inputs(symbol: Expr, example_inputs: Sequence[Any]) -> Batch | str |
     return Batch(symbol, tuple(tensor_dims), tuple(int_args))
 
 
-def _shape_env(example_inputs: Sequence[Any], symbol: Expr) -> Any:
+def _any_shape_env(example_inputs: Sequence[Any], symbol: Expr = None) -> Any:
+    """The shape environment of the inputs' sizes (of ``symbol``'s, when given)."""
     for value in example_inputs:
         sizes = value.shape if isinstance(value, torch.Tensor) else [value]
         for size in sizes:
-            if isinstance(size, torch.SymInt) and symbol in _symbols(size):
+            if isinstance(size, torch.SymInt) and (symbol is None or symbol in _symbols(size)):
                 return size.node.shape_env
     return None
 
@@ -202,7 +234,7 @@ class Guards:
 
     def __init__(self, symbol: Expr, example_inputs: Sequence[Any]) -> None:
         self.symbol = symbol
-        shape_env = _shape_env(example_inputs, symbol)
+        shape_env = _any_shape_env(example_inputs, symbol)
         self.readable = shape_env is not None
         self.conditions = list(_conditions(shape_env, symbol)) if shape_env is not None else []
         self.limits = shape_env.var_to_range.get(symbol) if shape_env is not None else None

@@ -167,7 +167,6 @@ def plan_padding(
     name: str,
     *,
     config: CompilerConfig | None = None,
-    dynamo_gm: torch.fx.GraphModule | None = None,
 ) -> Padding | None:
     """The padding plan of an AOT forward graph, or ``None``: captured per exact size.
 
@@ -179,7 +178,6 @@ def plan_padding(
         name: The FX graph's name, for messages.
         config: The options; ``None`` for a graph loaded from a saved artifact, which pads as
             the process that compiled it decided.
-        dynamo_gm: Dynamo's graph, whose inputs carry the dimensions the user marked.
 
     Raises:
         ConfigError: Under ``debug.aclgraph.strict``, the graph cannot be padded.
@@ -201,7 +199,7 @@ def plan_padding(
             )
         logger.warning(message)
 
-    found = find_batch(example_inputs, dynamo_gm, config.aclgraph_config.capture_sizes_dim)
+    found = find_batch(example_inputs, config.aclgraph_config.capture_sizes_dim)
     if found is None:
         return None
     if isinstance(found, str):

@@ -47,27 +47,31 @@ def _forward_metadata() -> Any:
 
 @functools.cache
 def _marked_graph_input() -> dict[str, Any]:
-    """What a backend sees of a Dynamo graph input whose dimension 0 the user marked."""
+    """What a backend sees of a traced tensor whose dimension 0 the user marked."""
     import torch
+    from torch._guards import TracingContext
 
     seen: dict[str, Any] = {}
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        for node in gm.graph.nodes:
-            value = node.meta.get("example_value")
-            if node.op == "placeholder" and isinstance(value, torch.Tensor) and not seen:
-                # Read while compiling: Dynamo drops its graph arguments afterwards.
-                seen["example"] = example = node.meta["grapharg"].example
-                seen["marks"] = example._dynamo_dynamic_indices
-                size: Any = value.shape[0]
-                seen["shape_env"] = size.node.shape_env
+        context = TracingContext.try_get()
+        if context is not None:
+            traced: Any = context.tensor_to_context
+            for real, symbolic in list(traced.items()):
+                seen["source"] = symbolic.tensor_source
+                seen["marks"] = real._dynamo_dynamic_indices
+            for node in gm.graph.nodes:
+                value = node.meta.get("example_value")
+                if isinstance(value, torch.Tensor):
+                    size: Any = value.shape[0]
+                    seen["shape_env"] = size.node.shape_env
         return gm.forward
 
     x = torch.ones(3, 2)
     torch._dynamo.mark_dynamic(x, 0)
     torch.compile(lambda t: t * 2, backend=backend, fullgraph=True)(x)
-    if not seen:
-        raise LookupError("Dynamo passed the backend no tensor placeholder")
+    if "source" not in seen:
+        raise LookupError("the backend ran without TracingContext.tensor_to_context")
     return seen
 
 
@@ -84,6 +88,15 @@ def _shape_env() -> Any:
 
 def _shape_env_field(field: str) -> Callable[[], object]:
     return lambda: getattr(_shape_env(), field)
+
+
+def _size_source() -> object:
+    """Where the marked size's symbol came from: ``L['t'].size()[0]``, read as the code reads it."""
+    (sources,) = _shape_env().var_to_sources.values()
+    source = sources[0]
+    if source.prop.name != "SIZE" or source.idx != 0 or source.base is None:
+        raise LookupError(f"the marked size's source reads as {source!r}")
+    return source
 
 
 def _metadata(field: str) -> Callable[[], object]:
@@ -317,11 +330,26 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     ),
     # Capture sizes: which dimension the user marked, and the guards a graph was traced under.
     PrivateApi(
-        "torch._dynamo.variables.builder.GraphArg.example",
+        "torch._guards.TracingContext.tensor_to_context",
         "Dynamo",
-        "_batch_symbol reads the tensor behind a Dynamo graph input (node.meta['grapharg']) "
-        "for the dimensions the user marked",
-        probe=lambda: _marked_graph_input()["example"],
+        "_batch_symbol finds the tensors the user marked among those Dynamo traced",
+        probe=lambda: _marked_graph_input()["source"],
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.StatefulSymbolicContext.tensor_source",
+        "FX symbolic shapes",
+        "_batch_symbol names a traced tensor by its source",
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv.var_to_sources",
+        "FX symbolic shapes",
+        "_batch_symbol finds which dimension of which input each size symbol came from",
+        probe=_size_source,
+    ),
+    PrivateApi(
+        "torch._dynamo.source.TensorPropertySource",
+        "Dynamo",
+        "_batch_symbol reads a size symbol's source (base, prop, idx)",
     ),
     PrivateApi(
         "torch._dynamo.decorators.mark_dynamic",
