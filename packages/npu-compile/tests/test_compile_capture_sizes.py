@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import npu_compile
 import pytest
@@ -179,3 +184,65 @@ def test_a_padded_hf_decoder_equals_eager() -> None:
     assert backend.stats.fallbacks == []
     runners = backend.stats.runners
     assert sum(runner.num_graphs for runner in runners) == 4 * len(runners)
+
+
+_SAVED = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    import npu_compile
+    from npu_compile.backend import loaded_stats
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.proj(x).relu()
+
+    phase, path = sys.argv[1], sys.argv[2]
+    torch.manual_seed(0)
+    model = Model().eval()
+    config = npu_compile.CompilerConfig()
+    config.aclgraph_config.capture_sizes = [2, 4]
+    backend = npu_compile.get_npu_backend(compiler_config=config)
+    with torch.no_grad():
+        if phase == "save":
+            x = torch.randn(3, 8)
+            torch._dynamo.mark_dynamic(x, 0)
+            with torch._dynamo.config.patch(enable_aot_compile=True):
+                compiled = torch.compile(model.forward, backend=backend, fullgraph=True)
+                fn = compiled.aot_compile(((x,), {}))
+        else:
+            with open(path, "rb") as f:
+                fn = torch.compiler.load_compiled_function(f, f_globals=Model.forward.__globals__)
+        same = True
+        for batch in (3, 2, 4, 3):
+            npu_compile.mark_step_begin()
+            x = torch.randn(batch, 8)
+            same = same and torch.allclose(fn(model, x), model(x))
+    if phase == "save":
+        fn.save_compiled_function(path)
+    runners = backend.stats.runners if phase == "save" else loaded_stats.runners
+    print(json.dumps({"same": bool(same), "graphs": [r.num_graphs for r in runners]}))
+    """
+)
+
+
+def test_a_saved_graph_pads_as_the_process_that_compiled_it(tmp_path: Path) -> None:
+    # torch's AOT compile (vLLM's compile cache) loads the graph without tracing: the plan made
+    # when it was compiled travels with it.
+    script, artifact = tmp_path / "saved.py", tmp_path / "model.aot"
+    script.write_text(_SAVED)
+    for phase in ("save", "load"):
+        done = subprocess.run(
+            [sys.executable, str(script), phase, str(artifact)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result == {"same": True, "graphs": [2]}, phase  # 3 and 4 share the graph of 4

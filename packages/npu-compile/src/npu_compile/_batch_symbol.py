@@ -117,12 +117,14 @@ def find_batch(example_inputs: Sequence[Any], dim: int | None) -> Batch | str | 
         dim: ``aclgraph_config.capture_sizes_dim``.
     """
     inputs = _traced_inputs(example_inputs)
-    marked = dim is None and any(entry.marks for entry in inputs)
+    marked = set().union(*(entry.marks for entry in inputs)) if dim is None else set()
 
     def allowed(entry: _Input) -> set[int]:
         if dim is not None:
             return {dim}
-        return entry.marks if marked else {0}
+        # A tensor the user did not mark (an attention mask beside marked ids) may hold the
+        # batch where the marked ones do.
+        return entry.marks or marked or {0}
 
     in_graph = {
         symbol
@@ -133,7 +135,7 @@ def find_batch(example_inputs: Sequence[Any], dim: int | None) -> Batch | str | 
     }
     candidates: dict[Expr, str] = {}
     for entry in inputs:
-        for d in sorted(allowed(entry)):
+        for d in sorted(entry.marks if marked else allowed(entry)):
             symbol = _plain(entry.sizes.get(d))
             if symbol is not None and symbol in in_graph:
                 candidates[symbol] = ""
@@ -271,7 +273,10 @@ class Guards:
         A graph traced at batch 1 (``Eq(s0, 1)``) runs at 1 only: there is nothing to pad.
         """
         listed = set(kept)
+        # The small batches, and the batch just below each size: enough to find one in any
+        # graph worth padding without walking every batch up to the largest size.
+        batches = sorted({*range(1, 65), *(size - 1 for size in kept)})
         return any(
-            batch not in listed and self.refusal(batch) is None
-            for batch in range(1, max(kept, default=0))
+            0 < batch < max(kept, default=0) and batch not in listed and self.refusal(batch) is None
+            for batch in batches
         )
