@@ -20,7 +20,8 @@ is captured when a call first needs it, by that call: a call changes the caller'
 as the unpadded call would.
 
 The padding rows are copies of the first row, so every padded row computes what a real row
-computes: no out-of-range index or division by zero can come from them.
+computes: an index or a divisor that is fine for the real rows is fine for the padding too
+(zero rows could index out of range or divide by zero where no real row does).
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class Padding:
         the runner handed out, which it tracks to take the memory back after a step boundary.
         """
         flat = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+        cut: set[int] = set()  # a tensor returned twice is cut once
         for i, spec in enumerate(self.outputs):
             if i >= len(flat):
                 break
@@ -112,8 +114,9 @@ class Padding:
                 flat[i] = spec.scale * batch + spec.offset
                 continue
             tensor = flat[i]
-            if spec is None or not isinstance(tensor, torch.Tensor):
+            if spec is None or not isinstance(tensor, torch.Tensor) or id(tensor) in cut:
                 continue
+            cut.add(id(tensor))
             # Each batch row is ``g`` consecutive entries of the dimension (``B * g``).
             rows = tensor.shape[spec.dim] // size * batch
             if tensor.untyped_storage().nbytes() == 0:
