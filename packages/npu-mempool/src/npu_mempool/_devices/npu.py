@@ -65,8 +65,14 @@ class Npu:
     def abandon_capture(self, index: int, pool_id: Any, stream: Any) -> None:
         npu = _torch_npu()
         npu.npu.set_stream(stream)
-        for hook in ("_npu_endAllocateToPool", "_npu_releasePool"):
-            call = getattr(getattr(npu, "_C", None), hook, None)
+        c = getattr(npu, "_C", None)
+        # torch_npu 2.11 and 2.12 (the releases without torch.accelerator.Graph support) call the
+        # first hook by torch's old name, _npu_endAllocateCurrentStreamToPool: same arguments,
+        # same allocator call. Without it the allocator keeps routing allocations to the pool.
+        end = getattr(c, "_npu_endAllocateToPool", None) or getattr(
+            c, "_npu_endAllocateCurrentStreamToPool", None
+        )
+        for call in (end, getattr(c, "_npu_releasePool", None)):
             if call is not None:
                 with contextlib.suppress(RuntimeError):
                     call(index, pool_id)
