@@ -235,6 +235,47 @@ def test_rewind_is_refused_when_the_pool_holds_unknown_memory(
     assert "mode 2 off" in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("hooks", "ends_with"),
+    [
+        (("_npu_endAllocateToPool", "_npu_releasePool"), "_npu_endAllocateToPool"),
+        # torch_npu 2.11 and 2.12 spell the first hook by torch's old name.
+        (
+            ("_npu_endAllocateCurrentStreamToPool", "_npu_releasePool"),
+            "_npu_endAllocateCurrentStreamToPool",
+        ),
+        (
+            ("_npu_endAllocateToPool", "_npu_endAllocateCurrentStreamToPool", "_npu_releasePool"),
+            "_npu_endAllocateToPool",
+        ),
+    ],
+    ids=["torch_npu-2.13+", "torch_npu-2.11-2.12", "both-names"],
+)
+def test_a_failed_npu_capture_stops_allocating_to_its_pool(
+    fake_npu: FakeTorchNpu, hooks: tuple[str, ...], ends_with: str
+) -> None:
+    for hook in hooks:
+        setattr(
+            fake_npu.module._C,
+            hook,
+            lambda i, p, hook=hook: fake_npu.log.append((hook, i, p)),
+        )
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == 8:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return x * 2
+
+    runner = GraphRunner(fn)
+    runner(torch.ones(4))
+    with pytest.raises(RuntimeError, match="capturing"):
+        runner(torch.ones(8))  # the failed key runs eagerly, which raises the same way
+    assert fake_npu.calls(ends_with) == [(ends_with, 0, (7, 0))]
+    assert fake_npu.calls("_npu_releasePool") == [("_npu_releasePool", 0, (7, 0))]
+    for unused in set(hooks) - {ends_with, "_npu_releasePool"}:
+        assert fake_npu.calls(unused) == []
+
+
 def test_unknown_device_type_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="'cpu' \\(emulated\\), 'cuda' and 'npu'"):
         _devices.backend_for("xla")

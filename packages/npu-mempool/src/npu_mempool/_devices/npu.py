@@ -68,7 +68,13 @@ class Npu:
 
     def end_allocate_to_pool(self, index: int, pool_id: Any) -> bool:
         # Refused once capture_end has stopped the routing itself (see native._abandon).
-        end = getattr(getattr(_torch_npu(), "_C", None), "_npu_endAllocateToPool", None)
+        c = getattr(_torch_npu(), "_C", None)
+        # torch_npu 2.11 and 2.12 (the releases without torch.accelerator.Graph support) call the
+        # hook by torch's old name, _npu_endAllocateCurrentStreamToPool: same arguments, same
+        # allocator call. Without it the allocator keeps routing allocations to the pool.
+        end = getattr(c, "_npu_endAllocateToPool", None) or getattr(
+            c, "_npu_endAllocateCurrentStreamToPool", None
+        )
         if end is None:
             return False
         try:
