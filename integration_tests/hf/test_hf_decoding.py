@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from npu_compile import get_npu_backend
+from npu_compile import CompilerConfig, get_npu_backend
 
 from integration_tests._static_kernels import static_kernel_config
 from integration_tests.hf._models import (
@@ -55,32 +55,52 @@ def test_generate_with_a_static_cache_matches_eager(
     assert replays > 0
 
 
+# A StaticCache allocates its tensors at its first update: a compiled prefill returns them as
+# graph outputs. Each call begins a new step by default, so the next request's prefill (the same
+# graph) may take them back: decode in turn either keeps held outputs, or runs the prefill
+# eagerly, as transformers advises for graph capture ("prefill should never be compiled").
+IN_TURN = ["keep_held_outputs", "eager_prefill"]
+
+
+def _in_turn_backend(mode: str) -> Any:
+    config = CompilerConfig()
+    config.debug.aclgraph.keep_held_outputs = mode == "keep_held_outputs"
+    return get_npu_backend(compiler_config=config)
+
+
+def _step(request: Request, model: torch.nn.Module, compiled: Any, mode: str) -> None:
+    eager = mode == "eager_prefill" and not request.tokens
+    request.step(model.forward if eager else compiled)
+
+
+@pytest.mark.parametrize("mode", IN_TURN)
 @pytest.mark.parametrize("name", DECODERS)
-def test_two_static_cache_loops_decoded_in_turn(name: str) -> None:
+def test_two_static_cache_loops_decoded_in_turn(name: str, mode: str) -> None:
     model = decoder(name)
     prompts = [prompt(2), prompt(3)]
     expected = [decode(model.forward, model, ids, TOKENS) for ids in prompts]
-    compiled = torch.compile(model.forward, backend=get_npu_backend())
+    compiled = torch.compile(model.forward, backend=_in_turn_backend(mode))
     requests = [Request(model, ids) for ids in prompts]
     with torch.no_grad():
         for _ in range(TOKENS):
             for request in requests:
-                request.step(compiled)
+                _step(request, model, compiled, mode)
     for request, tokens in zip(requests, expected, strict=True):
         assert torch.equal(request.result(), tokens)
 
 
-def test_two_model_instances_decoded_in_turn() -> None:
+@pytest.mark.parametrize("mode", IN_TURN)
+def test_two_model_instances_decoded_in_turn(mode: str) -> None:
     models = [decoder("llama", seed=0), decoder("llama", seed=1)]
     ids = prompt(4)
     expected = [decode(m.forward, m, ids, TOKENS) for m in models]
-    backend = get_npu_backend()
+    backend = _in_turn_backend(mode)
     compiled = [torch.compile(m.forward, backend=backend) for m in models]
     requests = [Request(m, ids) for m in models]
     with torch.no_grad():
         for _ in range(TOKENS):
-            for request, forward in zip(requests, compiled, strict=True):
-                request.step(forward)
+            for request, model, forward in zip(requests, models, compiled, strict=True):
+                _step(request, model, forward, mode)
     for request, tokens in zip(requests, expected, strict=True):
         assert torch.equal(request.result(), tokens)
 
