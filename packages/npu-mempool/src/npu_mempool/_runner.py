@@ -43,10 +43,15 @@ class GraphRunner:
     into the static buffers with one batched ``torch._foreach_copy_`` and replays the graph; a
     miss captures a new graph (rewinding the pool first in mode 2).
 
-    Memory a live tensor uses is never handed out again: an output the caller still holds (or a
-    view of it) is not overwritten by a later call. Such a call replays (or captures) the graph on
-    another call path, with a pool of its own; a rewind (mode 2) waits until no output of the pool
-    is held. Calls from several threads are serialised per runner, and each gets its own outputs.
+    Memory a live tensor uses is never handed out again within its step: an output the caller
+    still holds (or a view of it) is not overwritten by a later call. Such a call replays (or
+    captures) the graph on another call path, with a pool of its own; a rewind (mode 2) waits until
+    no output of the pool is held. A step ends at :func:`~npu_mempool.mark_step_begin` and, with
+    ``CaptureOptions(keep_held_outputs=False)``, at each top-level call of the thread; later calls
+    of that thread may then overwrite what it handed out before (reading such an output raises
+    :class:`~npu_mempool.StaleOutputError`), except what they pass back in. Called directly, a
+    runner keeps held outputs by default: it cannot tell where its caller's steps begin. Calls from
+    several threads are serialised per runner, and each gets its own outputs.
 
     Args:
         fn: The callable to capture, e.g. ``gm.forward`` of an FX graph. It returns a tensor, or a
