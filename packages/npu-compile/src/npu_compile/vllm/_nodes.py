@@ -87,7 +87,9 @@ def register() -> None:
     @functools.wraps(original)
     def init_device(self: Any) -> None:
         original(self)
-        check_nodes(self.vllm_config)
+        config = getattr(self, "vllm_config", None)
+        if config is not None:  # set by init_worker; a wrapper used otherwise is not checked
+            check_nodes(config)
 
     setattr(init_device, _WRAPPED, True)
     wrapper.init_device = init_device
@@ -239,7 +241,7 @@ def _node_count(vllm_config: Any) -> int:
 
         return int(get_node_count())
     except Exception:  # an older or newer vLLM: its configuration says
-        return int(getattr(vllm_config.parallel_config, "nnodes", 1))
+        return int(getattr(getattr(vllm_config, "parallel_config", None), "nnodes", 1))
 
 
 def _missing_names(missing: list[int], world_size: int, nnodes: int) -> str:
