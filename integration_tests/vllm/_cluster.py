@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -32,11 +33,25 @@ GRACE_SECONDS = 30.0
 
 
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A TCP port on loopback that nothing listens on now, below the kernel's ephemeral range.
+
+    The master port is listened on only when node 0's worker starts, a minute later. A port the
+    kernel hands out for ``bind(("", 0))`` (as vLLM's own port picks do, in both nodes) could go to
+    another socket meanwhile; one below that range is never handed out.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    below = range(20000, min(low, 30000))
+    # (A machine whose ephemeral range starts lower takes the kernel's pick.)
+    candidates = random.Random().sample(below, 200) if len(below) >= 200 else [0]
+    for port in candidates:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:  # in use
+                continue
+            chosen: int = probe.getsockname()[1]
+            return chosen
+    raise RuntimeError(f"no free port among {len(candidates)} tried below {low}")
 
 
 def serve_flags(options: Mapping[str, Any]) -> list[str]:
