@@ -270,6 +270,9 @@ def verdict(
         world_size: How many ranks there are.
         nnodes: How many nodes they run on.
         timeout: How long the ranks waited, for the message.
+
+    Returns:
+        The line to raise, or the line to log, or neither where the nodes agree.
     """
     uses = any(bool(report["uses"]) for report in reports.values())
     problems = []
