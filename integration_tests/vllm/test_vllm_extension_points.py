@@ -202,3 +202,26 @@ def test_platform_plugin_is_registered() -> None:
 
     plugins = {ep.name: ep.value for ep in entry_points(group="vllm.platform_plugins")}
     assert plugins.get("npu_compile") == "npu_compile.vllm._plugin:platform_plugin"
+
+
+def test_node_check_plugin_is_registered() -> None:
+    from importlib.metadata import entry_points
+
+    plugins = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
+    assert plugins.get("npu_compile") == "npu_compile.vllm._nodes:register"
+
+
+def test_node_check_wraps_the_start_of_vllm_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from npu_compile.vllm._nodes import register
+    from vllm.v1.worker.worker_base import WorkerWrapperBase
+
+    # vLLM's own method (the plugins may have run in this process already), restored afterwards.
+    current = WorkerWrapperBase.init_device
+    original = getattr(current, "__wrapped__", current)
+    monkeypatch.setattr(WorkerWrapperBase, "init_device", original)
+    register()
+    wrapped = WorkerWrapperBase.init_device
+    assert wrapped is not original
+    assert wrapped.__wrapped__ is original  # type: ignore[attr-defined]
+    register()
+    assert WorkerWrapperBase.init_device is wrapped, "loading the plugins again wraps once"

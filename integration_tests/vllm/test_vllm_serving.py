@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from integration_tests.vllm._serve import BATCHES, MAX_TOKENS, RESULT_PREFIX
+from integration_tests.vllm._serve import BATCHES, MAX_TOKENS, RESULT_PREFIX, engine_env
 
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("needs vLLM (`nox -s vllm` installs it)", allow_module_level=True)
@@ -41,20 +40,6 @@ CONFIGURED = {
 
 def _serve(options: dict[str, Any], checkpoint: Path, cache_root: Path) -> dict[str, Any]:
     """One engine start in a fresh interpreter: ``_serve.py``'s report."""
-    env = {
-        **os.environ,
-        # vLLM's workers import the worker extension and the configured backend by name.
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        # The compile cache of this run (and of a warm start that reuses it); never ~/.cache.
-        "VLLM_CACHE_ROOT": str(cache_root),
-        # 1 GiB of KV cache is plenty for 128 tokens; the default takes a share of the machine.
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        # Binding OpenMP threads to cores needs a NUMA node per tensor-parallel rank; CI
-        # machines have one.
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        "VLLM_NO_USAGE_STATS": "1",
-        "HF_HUB_OFFLINE": "1",
-    }
     done = subprocess.run(
         [
             sys.executable,
@@ -64,7 +49,7 @@ def _serve(options: dict[str, Any], checkpoint: Path, cache_root: Path) -> dict[
             json.dumps(options),
         ],
         cwd=cache_root,
-        env=env,
+        env=engine_env(cache_root, ROOT),
         capture_output=True,
         text=True,
         timeout=600,

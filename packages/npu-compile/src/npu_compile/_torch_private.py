@@ -455,6 +455,12 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "_logs writes each captured graph into TORCH_TRACE (tlparse)",
     ),
     PrivateApi(
+        "torch.distributed.distributed_c10d._get_default_store",
+        "distributed",
+        "vllm/_nodes.py: a vLLM worker exchanges its node's settings through the default group's "
+        "store (bounded waits, where a collective would hang on a node without the check)",
+    ),
+    PrivateApi(
         "torch.utils._pytree.tree_flatten",
         "pytree",
         "vllm/_graph_wrapper.py flattens a piecewise graph's outputs",

@@ -15,6 +15,10 @@ Two ways in:
 
 ``worker_extension_cls="npu_compile.vllm.NpuCompileWorkerExtension"`` adds
 ``llm.collective_rpc("npu_compile_stats")``: what each worker's graphs did.
+
+On several nodes, each worker compares its node's npu-compile setup with every other node's before
+the model loads, and stops with one line where they differ (a vLLM general plugin, installed with
+npu-compile; ``NPU_COMPILE_VLLM_NODE_CHECK=0`` turns it off).
 """
 
 from __future__ import annotations

@@ -13,15 +13,20 @@ from __future__ import annotations
 import importlib.util
 import os
 
-__all__ = ["platform_plugin", "ENABLE_VARIABLE"]
+__all__ = ["platform_plugin", "enabled", "ENABLE_VARIABLE"]
 
 #: The environment variable that turns the platform plugin on.
 ENABLE_VARIABLE = "NPU_COMPILE_VLLM_PLATFORM"
 
 
+def enabled() -> bool:
+    """Whether ``NPU_COMPILE_VLLM_PLATFORM`` asks for npu-compile's platform."""
+    return os.environ.get(ENABLE_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def platform_plugin() -> str | None:
     """The qualified name of npu-compile's platform class, or ``None`` when not asked for."""
-    if os.environ.get(ENABLE_VARIABLE, "").strip().lower() not in ("1", "true", "yes", "on"):
+    if not enabled():
         return None
     # Detection only: importing vllm.platforms here would recurse into platform resolution.
     if importlib.util.find_spec("vllm_ascend") is not None:

@@ -14,11 +14,14 @@ def worker_stats() -> dict[str, Any]:
         A plain dict: the backend counts of :func:`npu_compile.backend.process_stats`
         (``fx_graphs``, ``captured``, ``eager``, ``fallbacks``, ``loaded``) and the graph counts
         of :data:`npu_mempool.counters` (``captures``, ``replays``, ``recaptures``,
-        ``eager_calls``, ``pool_bytes``; the runners' own give-ups as ``graph_fallbacks``).
+        ``eager_calls``, ``pool_bytes``; the runners' own give-ups as ``graph_fallbacks``), and
+        ``nodes_checked``: how many nodes of a multi-node server were found to agree on
+        npu-compile's setup when the worker started (0 on one node).
     """
     import npu_mempool
 
     from npu_compile.backend import process_stats
+    from npu_compile.vllm._nodes import nodes_checked
 
     stats: dict[str, Any] = dict(process_stats())
     graphs = npu_mempool.counters.snapshot()
@@ -29,6 +32,7 @@ def worker_stats() -> dict[str, Any]:
         graph_fallbacks=graphs["fallbacks"],
         eager_calls=graphs["eager_calls"],
         pool_bytes=graphs["pool_bytes"],
+        nodes_checked=nodes_checked(),
     )
     return stats
 
