@@ -429,3 +429,18 @@ def test_an_error_inside_a_stream_scope_closes_the_scope() -> None:
             compiled(-torch.ones(3))
         assert npu_streams.current_stream_tag() == "default"
         torch.testing.assert_close(compiled(torch.ones(3)), scoped(torch.ones(3)))
+
+
+def test_force_recapture_recaptures_on_every_call() -> None:
+    config = CompilerConfig()
+    config.debug.aclgraph.force_recapture = True
+    backend = get_npu_backend(compiler_config=config)
+    model = torch.nn.Linear(4, 4)
+    compiled = torch.compile(model, backend=backend, options={"force_recapture": True})
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(compiled(x), model(x))
+    (runner,) = backend.stats.runners
+    assert runner.counters.captures == 4
+    assert runner.counters.recapture_reasons == {"forced": 3}

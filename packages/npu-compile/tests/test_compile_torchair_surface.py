@@ -185,7 +185,7 @@ def test_npugraph_ex_keys_without_effect_warn_at_compile(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(npu_compile.backend, "_default_backend", None)  # it warns once per process
     model = torch.compile(
-        torch.nn.Linear(2, 2), backend="npu_compile", options={"force_recapture": True}
+        torch.nn.Linear(2, 2), backend="npu_compile", options={"deadlock_check": True}
     )
     # Recorded by hand: pytest.warns would re-emit torch's own import-time deprecations.
     with warnings.catch_warnings(record=True) as record, torch.no_grad():
@@ -193,7 +193,7 @@ def test_npugraph_ex_keys_without_effect_warn_at_compile(monkeypatch: pytest.Mon
         model(torch.ones(1, 2))
     ours = [w for w in record if issubclass(w.category, NoEffectWarning)]
     assert len(ours) == 1
-    assert "debug.aclgraph.force_recapture" in str(ours[0].message)
+    assert "debug.deadlock_check" in str(ours[0].message)
 
 
 def test_torchair_names_we_do_not_provide_say_why() -> None:

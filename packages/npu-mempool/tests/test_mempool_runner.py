@@ -616,3 +616,22 @@ def test_process_wide_counters_keep_what_dropped_runners_counted() -> None:
     after = npu_mempool.counters.snapshot()
     assert after["captures"] - before["captures"] == 1
     assert after["replays"] - before["replays"] == 2
+
+
+def test_force_recapture_captures_every_call_anew() -> None:
+    # A debugging aid (npugraph_ex's force_recapture): the graph of a key is freed and captured
+    # again on each call, and no churn or limit makes the runner give up.
+    state = {"scale": 1.0}
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x * state["scale"]  # a value read at capture: a stale graph would keep it
+
+    runner = GraphRunner(fn, options=CaptureOptions(force_recapture=True, capture_limit=2))
+    for scale in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0):
+        state["scale"] = scale
+        torch.testing.assert_close(runner(torch.ones(3)), torch.full((3,), scale))
+    assert runner.counters.captures == 10
+    assert runner.counters.replays == 0
+    assert runner.counters.recapture_reasons == {"forced": 9}
+    assert runner.num_graphs == 1
+    assert runner.counters.fallbacks == 0

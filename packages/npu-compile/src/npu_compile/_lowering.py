@@ -39,6 +39,7 @@ def capture_options(config: CompilerConfig) -> Any:
         frozen_parameters=bool(config.experimental_config.frozen_parameter),
         strict=bool(aclgraph.strict),
         capture_error_mode=str(aclgraph.capture_error_mode),
+        force_recapture=bool(aclgraph.force_recapture),
         # Each call of the compiled function begins a new step unless the user keeps held
         # outputs (the policy before steps per call).
         keep_held_outputs=bool(aclgraph.keep_held_outputs),

@@ -25,11 +25,13 @@ class RecaptureReason(enum.StrEnum):
         MUTATED_INPUT_MOVED: A MUTATED input came at a new address (another KV cache).
         OUTPUTS_IN_USE: The key's graph (or another graph of its pool) had outputs still in use,
             so the call took a new call path.
+        FORCED: ``CaptureOptions.force_recapture`` asked for a new capture on every call.
     """
 
     PARAMETER_MOVED = "parameter_moved"
     MUTATED_INPUT_MOVED = "mutated_input_moved"
     OUTPUTS_IN_USE = "outputs_in_use"
+    FORCED = "forced"
 
 
 _FIELDS = ("captures", "replays", "recaptures", "fallbacks", "eager_calls", "pool_bytes")

@@ -301,7 +301,9 @@ _PER_CALL = (
     "this output of graph {name!r} was handed out before a step boundary (a later call of the "
     "compiled function, npu_mempool.mark_step_begin() or "
     "torch.compiler.cudagraph_mark_step_begin()) and a later replay overwrote it; clone() "
-    "outputs that must outlive their step, or set keep_held_outputs to keep every held output"
+    "outputs that must outlive their step, or keep every held output "
+    "(npu_compile: config.debug.aclgraph.keep_held_outputs = True; npu_mempool: "
+    "CaptureOptions(keep_held_outputs=True))"
 )
 
 

@@ -46,6 +46,7 @@ _BOOLEAN_FIELDS = (
     "frozen_parameters",
     "strict",
     "keep_held_outputs",
+    "force_recapture",
 )
 
 
@@ -103,6 +104,10 @@ class CaptureOptions:
             thread before; reading such an output raises :class:`~npu_mempool.StaleOutputError`.
             Outputs passed back in as arguments stay valid. A step held open
             (:func:`~npu_mempool.hold_step`) begins no new one.
+        force_recapture: ``debug.aclgraph.force_recapture``, a debugging aid: every call frees
+            the graph of its key and captures it anew (counted as recapture reason
+            ``"forced"``), so a suspected stale capture can be told from a wrong computation.
+            Slow by design.
     """
 
     pool: PoolHandle | None = None
@@ -116,6 +121,7 @@ class CaptureOptions:
     warmup_runs: int | None = None
     capture_error_mode: str = "thread_local"
     keep_held_outputs: bool = True
+    force_recapture: bool = False
 
     def __post_init__(self) -> None:
         if self.capture_error_mode not in CAPTURE_ERROR_MODES:

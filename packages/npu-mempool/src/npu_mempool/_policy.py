@@ -130,7 +130,8 @@ class CapturePolicy:
             if seen < (device_warmup() if runs is None else runs):
                 self._warm[key] = seen + 1
                 return _WARMUP
-            if self._churning(args, layout):
+            # A forced recapture misses on every call by design: that is no churn.
+            if not self._options.force_recapture and self._churning(args, layout):
                 return self._give_up_churn(layout, name)
         limit = self._options.capture_limit
         if graphs >= limit and make_room() >= limit:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from npu_mempool._capture import capture
-from npu_mempool._counters import Counters, register
+from npu_mempool._counters import Counters, RecaptureReason, register
 from npu_mempool._entry import Reclaim, reclaiming
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions, InputKind
@@ -218,6 +218,8 @@ class GraphRunner:
             raise self._layout_error(args) from exc
         if failed:
             return self._eager_call(args)
+        if self._options.force_recapture:
+            return self._recapture(key, args)
         for path in self._paths:
             entries = path.entries.get(key)
             found = None
@@ -241,6 +243,15 @@ class GraphRunner:
                 return found.replay(args)
             # Still in use: try the next call path.
         return self._miss(self._call_paths.add_path(self.name), key, args)
+
+    def _recapture(self, key: Hashable, args: tuple[Any, ...]) -> Any:
+        """``force_recapture``: free the key's graphs and capture it again for this call."""
+        forced = self._call_paths.known(key)
+        self._call_paths.discard_key(key)
+        result = self._miss(self._paths[0], key, args)
+        if forced and self._call_paths.known(key):
+            self.counters.recapture_reasons[RecaptureReason.FORCED] += 1
+        return result
 
     def _reclaim(self, layout: Layout, args: tuple[Any, ...]) -> Reclaim:
         return Reclaim(self._owner, args, layout.user, layout.mutated + layout.params)

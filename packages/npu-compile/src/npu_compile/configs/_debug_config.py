@@ -52,7 +52,9 @@ class AclGraphDebugConfig(_Node):
             step (unless a backward is pending), as with CUDA Graph Trees; outputs of earlier
             steps may be overwritten and raise ``StaleOutputError`` when read (npu-compile
             extension).
-        force_recapture: npugraph_ex's ``force_recapture``; accepted, no effect here.
+        force_recapture: npugraph_ex's ``force_recapture``, a debugging aid: every call frees
+            its graph and captures it anew (slow by design), so a stale capture can be told from
+            a wrong computation.
         capture_error_mode: npugraph_ex's ``capture_error_mode``: which calls of other threads
             invalidate a device capture in progress (``"global"``: any thread's unsafe calls;
             ``"thread_local"``: the capturing thread's; ``"relaxed"``: none). The default is
@@ -75,13 +77,7 @@ class AclGraphDebugConfig(_Node):
     check_output_overwrite = _Option(False, boolean, "detect reads of overwritten outputs")
     strict = _Option(False, boolean, "raise instead of falling back to eager")
     keep_held_outputs = _Option(False, boolean, "never overwrite an output the caller holds")
-    force_recapture = _Option(
-        False,
-        boolean,
-        "recapture on every call",
-        effect="the graph runner keeps one capture per graph key; run with debug.run_eagerly "
-        "to compare against uncaptured execution instead",
-    )
+    force_recapture = _Option(False, boolean, "recapture on every call")
     capture_error_mode = _Option(
         "thread_local", choice("global", "thread_local", "relaxed"), "capture error mode"
     )
