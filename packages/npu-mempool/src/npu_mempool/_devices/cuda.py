@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -62,9 +63,7 @@ class Cuda:
         return torch.cuda.CUDAGraph()
 
     def legacy_context(self, graph: Any, pool_id: Any, stream: Any) -> Any:
-        return torch.cuda.graph(
-            graph, pool=pool_id, stream=stream, capture_error_mode="thread_local"
-        )
+        return _recording(graph, pool_id, stream)
 
     def current_stream(self, device: torch.device) -> Any:
         return torch.cuda.current_stream(device)
@@ -79,6 +78,23 @@ class Cuda:
             if call is not None:
                 with contextlib.suppress(RuntimeError):
                     call(index, pool_id)
+
+
+@contextlib.contextmanager
+def _recording(graph: Any, pool_id: Any, stream: Any) -> Iterator[None]:
+    """What ``torch.cuda.graph(graph, pool=pool_id, stream=stream)`` does, less sync and emptying.
+
+    Its device-wide sync and cache emptying are left out (see [Note: what a capture pays] in
+    ``native``). The capture ends on the way out whatever happened inside, as with
+    ``torch.cuda.graph``; the caller's stream is current again even when ending the capture
+    raised.
+    """
+    with torch.cuda.stream(stream):
+        graph.capture_begin(pool=pool_id, capture_error_mode="thread_local")
+        try:
+            yield
+        finally:
+            graph.capture_end()
 
 
 def _backend() -> GraphBackend:
