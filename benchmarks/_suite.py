@@ -213,6 +213,16 @@ def finish(args: argparse.Namespace) -> int:
         print(
             f"{s['name']:<{width}}  {s['status']:<10} {s['seconds']:>7} {s['timeout_s']:>7}  {note}"
         )
+    for s in steps:  # what failed inside the two steps that check many things at once
+        digest = s.get("digest") or {}
+        failed = [n for n, state in digest.get("checks", {}).items() if state != "ok"]
+        if s["name"] == "smoke" and digest:
+            print(f"smoke: {len(digest['checks'])} checks, failed: {', '.join(failed) or 'none'}")
+        if s["name"] == "device_tests" and digest:
+            counts = {k: digest[k] for k in ("tests", "failures", "errors", "skipped")}
+            print(f"device tests: {counts}")
+            for line in digest["not passed"]:
+                print(f"  {line[:200]}")
     print(f"total {args.seconds} s; files in {args.out}: {', '.join(files)}")
     return 0
 

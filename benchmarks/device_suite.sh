@@ -32,9 +32,10 @@
 #   static_kernel_warm_start
 #                        70 s   180 s  --via static, one round, only with the time left
 #
-# A step is given min(its limit, the time left less what the later steps need at least), so the
-# suite ends within --budget (default 480 s) whatever hangs; a step that cannot get its minimum
-# is recorded as skipped. `--via compile` and `--via aot` of the warm start are not steps: on CUDA
+# A step is given its limit, less where the time left must keep the later steps' minimums (but
+# never under its own minimum: an earlier step answers a bigger question), and never more than
+# the time left, so the suite ends within --budget (default 480 s) whatever hangs; a step that
+# cannot get its minimum is recorded as skipped. `--via compile` and `--via aot` of the warm start are not steps: on CUDA
 # they would call each batch size once, which is its eager warm-up call, and capture nothing.
 # vllm_serving is not a step either (it needs vLLM built for the device).
 #
@@ -42,9 +43,10 @@
 # time, limit and estimate, digests of the smoke check and the tests), smoke.json,
 # device_tests.xml (JUnit) and benchmarks.json (each benchmark's JSON under its step's name).
 #
-# --dry-run runs the same steps on the CPU with tiny sizes (about two minutes on two cores; the
-# static-kernel warm start, six processes and a C++ build, is left out there), so that the script
-# cannot rot between device runs: integration_tests/test_device_suite.py runs it in CI.
+# --dry-run runs the same steps on the CPU with tiny sizes (about a minute on two cores, more
+# when they are shared; the static-kernel warm start, six processes and a C++ build, is left out
+# there), so that the script cannot rot between device runs: CI runs it
+# (integration_tests/test_device_suite.py).
 # docs/device-suite.md says what each figure means.
 set -uo pipefail
 
@@ -161,7 +163,7 @@ declare -A LIMIT=([environment]=60 [smoke]=120 [device_tests]=170 [decode_step]=
 declare -A MINIMUM=([environment]=20 [smoke]=60 [device_tests]=60 [decode_step]=60
     [replay_overhead]=20 [pool_reuse]=15 [streams_overlap]=20 [static_kernel_warm_start]=60)
 # Steps that keep time for themselves from the ones before; the warm start takes what is left.
-RESERVED="environment smoke device_tests decode_step replay_overhead pool_reuse streams_overlap"
+RESERVED="smoke device_tests decode_step replay_overhead pool_reuse streams_overlap"
 
 selected() { # the environment always runs: it is what stops the suite without a device
     [ -z "$only" ] || [ "$1" = environment ] || [[ ",$only," == *",$1,"* ]]
@@ -185,6 +187,19 @@ reserve_after() {
     echo "$total"
 }
 
+# The seconds step $1 gets now: its limit, or less where the budget must keep the later steps'
+# minimums, but its own minimum first (the earlier step answers the bigger question), and never
+# past the budget. The environment always gets its limit: it decides whether anything runs.
+limit_for() {
+    local left=$((deadline - SECONDS))
+    [ "$1" = environment ] && left="${LIMIT[$1]}"
+    local allowed=$((left - $(reserve_after "$1")))
+    [ "$allowed" -lt "${MINIMUM[$1]}" ] && allowed="${MINIMUM[$1]}"
+    [ "$allowed" -gt "${LIMIT[$1]}" ] && allowed="${LIMIT[$1]}"
+    [ "$allowed" -gt "$left" ] && allowed="$left"
+    echo "$allowed"
+}
+
 # run_step NAME COMMAND...: the command under its time limit, its output in the log.
 run_step() {
     local name="$1"
@@ -194,13 +209,10 @@ run_step() {
         record "$name" skipped "" 0 0 "not selected (--only $only)"
         return 0
     fi
-    local left=$((deadline - SECONDS))
-    local reserve
-    reserve="$(reserve_after "$name")"
-    local allowed=$((left - reserve))
-    [ "$allowed" -gt "${LIMIT[$name]}" ] && allowed="${LIMIT[$name]}"
+    local allowed
+    allowed="$(limit_for "$name")"
     if [ "$allowed" -lt "${MINIMUM[$name]}" ]; then
-        local why="not enough time left: ${left} s of --budget, ${reserve} s kept for later steps"
+        local why="not enough time left: $((deadline - SECONDS)) s of --budget ${budget} s"
         echo "== $name: skipped, $why" | tee -a "$log"
         record "$name" skipped "" 0 "$allowed" "$why"
         return 0
@@ -251,48 +263,49 @@ if [ "$rc" != 0 ] && [ "$dry_run" = 0 ]; then
     exit "$rc"
 fi
 
+# Tiny sizes on the CPU for the dry run; short defaults on the device.
 if [ "$dry_run" = 1 ]; then
-    run_step smoke python3 benchmarks/device_smoke.py --out "$out" --tiny --child-timeout 100
-    run_step device_tests python3 benchmarks/device_tests.py --out "$out" --test-timeout 60 \
-        --budget 80 --jobs 2
-    run_step decode_step python3 benchmarks/decode_step.py --out "$stage/bench" --steps 3
-    fold decode_step "$stage/bench/decode_step_cpu.json"
-    run_step replay_overhead python3 benchmarks/replay_overhead.py --out "$stage/bench" \
-        --kernels 20 --calls 100 --repeats 2
-    fold replay_overhead "$stage/bench/replay_overhead.json"
-    run_step pool_reuse python3 benchmarks/pool_reuse.py --out "$stage/bench" --width 64 \
-        --rows 64,48,32,16
-    fold pool_reuse "$stage/bench/pool_reuse.json"
-    run_step streams_overlap python3 benchmarks/streams_overlap.py --out "$stage/bench" \
-        --depth 4 --width 64 --replays 10 --repeats 2
-    fold streams_overlap "$stage/bench/streams_overlap.json"
+    smoke_args=(--tiny --child-timeout 100)
+    test_timeout=60
+    decode_args=(--steps 3)
+    replay_args=(--kernels 20 --calls 100 --repeats 2)
+    pool_args=(--width 64 --rows 64,48,32,16)
+    streams_args=(--depth 4 --width 64 --replays 10 --repeats 2)
+else
+    # The children run beside the in-process checks; the timings come after them.
+    smoke_args=(--child-timeout 90)
+    test_timeout=90
+    decode_args=(--steps 20)
+    replay_args=(--kernels 200 --calls 1000 --repeats 5)
+    pool_args=()
+    streams_args=(--replays 100 --repeats 5)
+fi
+
+run_step smoke python3 benchmarks/device_smoke.py --out "$out" "${smoke_args[@]}"
+# The tests get their own budget inside the step's limit, so that they always write their XML.
+run_step device_tests python3 benchmarks/device_tests.py --out "$out" \
+    --test-timeout "$test_timeout" --budget "$(($(limit_for device_tests) - 15))" --jobs 2
+run_step decode_step python3 benchmarks/decode_step.py --out "$stage/bench" "${decode_args[@]}"
+# Named after the device it ran on: decode_step_cuda.json, decode_step_cpu.json, ...
+decode_json="$(find "$stage/bench" -name 'decode_step_*.json' | head -n 1)"
+fold decode_step "${decode_json:-$stage/bench/decode_step.json}"
+run_step replay_overhead python3 benchmarks/replay_overhead.py --out "$stage/bench" \
+    "${replay_args[@]}"
+fold replay_overhead "$stage/bench/replay_overhead.json"
+run_step pool_reuse python3 benchmarks/pool_reuse.py --out "$stage/bench" ${pool_args[@]+"${pool_args[@]}"}
+fold pool_reuse "$stage/bench/pool_reuse.json"
+run_step streams_overlap python3 benchmarks/streams_overlap.py --out "$stage/bench" \
+    "${streams_args[@]}"
+fold streams_overlap "$stage/bench/streams_overlap.json"
+if [ "$dry_run" = 1 ]; then
     # Six processes and a C++ build: about two minutes on CPU, longer than the rest of the dry
-    # run; `nox -s compat` runs the script on CPU.
+    # run together; `nox -s compat` runs the script on CPU.
     why="dry run: left out (nox -s compat runs it on CPU)"
     echo "== static_kernel_warm_start: skipped, $why" | tee -a "$log"
     record static_kernel_warm_start skipped "" 0 0 "$why"
 else
-    run_step smoke python3 benchmarks/device_smoke.py --out "$out" --child-timeout 90
-    # The tests get their own budget inside the step's limit, so they always write their XML.
-    tests_budget=$((LIMIT[device_tests] - 15))
-    left=$((deadline - SECONDS - $(reserve_after device_tests) - 15))
-    [ "$left" -lt "$tests_budget" ] && tests_budget="$left"
-    run_step device_tests python3 benchmarks/device_tests.py --out "$out" --test-timeout 90 \
-        --budget "$tests_budget" --jobs 2
-    run_step decode_step python3 benchmarks/decode_step.py --out "$stage/bench" --steps 20
-    decode_json="$stage/bench/decode_step_cuda.json"
-    [ -e "$decode_json" ] || decode_json="$(find "$stage/bench" -name 'decode_step_*.json' | head -n 1)"
-    fold decode_step "${decode_json:-$stage/bench/decode_step.json}"
-    run_step replay_overhead python3 benchmarks/replay_overhead.py --out "$stage/bench" \
-        --kernels 200 --calls 1000 --repeats 5
-    fold replay_overhead "$stage/bench/replay_overhead.json"
-    run_step pool_reuse python3 benchmarks/pool_reuse.py --out "$stage/bench"
-    fold pool_reuse "$stage/bench/pool_reuse.json"
-    run_step streams_overlap python3 benchmarks/streams_overlap.py --out "$stage/bench" \
-        --replays 100 --repeats 5
-    fold streams_overlap "$stage/bench/streams_overlap.json"
-    run_step static_kernel_warm_start python3 benchmarks/static_kernel_warm_start.py --via static \
-        --rounds 1 --steps 20 --repeats 3 --out "$stage/bench"
+    run_step static_kernel_warm_start python3 benchmarks/static_kernel_warm_start.py \
+        --via static --rounds 1 --steps 20 --repeats 3 --out "$stage/bench"
     fold static_kernel_warm_start "$stage/bench/static_kernel_warm_start.json"
 fi
 
