@@ -70,6 +70,12 @@ class Context:
     results: dict[str, Any] = field(default_factory=dict)
 
 
+def close(got: Any, expected: Any) -> None:
+    """Equal up to float32 rounding: a replayed matmul may take another cuBLAS algorithm than
+    the eager one (another stream, another workspace), which moves the last bits only."""
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
 def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.relu(x @ w) + x
 
@@ -170,7 +176,7 @@ def check_raw_graph(ctx: Context) -> dict[str, Any]:
     new = torch.randn(32, 64, device=device)
     x.copy_(new)
     graph.replay()
-    torch.testing.assert_close(out, block(new, w))
+    close(out, block(new, w))
     return {"replayed": True}
 
 
@@ -184,7 +190,7 @@ def check_replay_equals_eager(ctx: Context) -> dict[str, Any]:
     rows = (8, 8, 16, 16, 8, 32, 32, 16, 8)
     for n in rows:
         x = torch.randn(n, 64, device=device)
-        torch.testing.assert_close(runner(x, w), block(x, w))
+        close(runner(x, w), block(x, w))
     got, expected = counted(runner), graph_counts(rows, ctx.warmup)
     assert got == expected, f"counters {got}, expected {expected} (warm-up {ctx.warmup})"
     return {"counters": got, "paths": runner.num_paths}
@@ -205,8 +211,8 @@ def check_mutated_kv_cache(ctx: Context) -> dict[str, Any]:
     for position in range(6):
         x = torch.randn(1, 8, device=device)
         pos = torch.tensor([position], device=device)
-        torch.testing.assert_close(runner(x, pos, cache), step(x, pos, reference))
-        torch.testing.assert_close(cache, reference)
+        close(runner(x, pos, cache), step(x, pos, reference))
+        close(cache, reference)
     return {"counters": counted(runner), "paths": runner.num_paths}
 
 
@@ -362,7 +368,7 @@ def check_host_sync_pieces(ctx: Context) -> dict[str, Any]:
     with torch._dynamo.config.patch(capture_scalar_outputs=True), torch.no_grad():
         compiled = torch.compile(_counts_positive, backend=backend)
         for x in xs * (ctx.warmup + 2):
-            torch.testing.assert_close(compiled(x, w), _counts_positive(x, w))
+            close(compiled(x, w), _counts_positive(x, w))
     stats = backend.stats
     result = {
         "pieces": stats.pieces,
@@ -573,7 +579,8 @@ def child_multi_stream(device: torch.device, tiny: bool) -> dict[str, Any]:
         expected = model(*inputs)
         got = compiled(*inputs)
         for mine, theirs in zip(got, expected, strict=True):
-            torch.testing.assert_close(mine, theirs)
+            # float16 sums of 512 products: a few units in the last place apart at most.
+            torch.testing.assert_close(mine, theirs, rtol=1e-2, atol=1e-2)
         del got  # a held output would send the next call to a second call path
     runners = backend.stats.runners
     result = {
