@@ -27,6 +27,7 @@ nox.options.sessions = [
     "integration",
     "isolation",
     "vllm",
+    "npu_contracts",
 ]
 
 ROOT = Path(__file__).parent
@@ -154,6 +155,71 @@ def compat(session: nox.Session, torch: str) -> None:
         )
 
 
+# The releases `nox -s npu_contracts` checks the NPU adapters and the vLLM platform plugin against
+# (.ci/npu_contracts.toml): the newest torch_npu, and the oldest the `npu` extra accepts (2.11 and
+# 2.12 have no torch.accelerator.Graph support, so the NPUGraph path runs there, and spell one
+# allocator hook differently), each with the newest vllm-ascend 0.23.x that ships a wheel
+# (0.23.0.post1 is an sdist only; its platform.py is 0.23.0's). Wheels only: they are read, never
+# installed, so any platform's wheel does; these tags are the ones 2.11 to 2.14 and 0.23 ship.
+NPU_CONTRACT_RELEASES = (
+    ("torch_npu==2.14.0", "vllm-ascend==0.23.0"),
+    ("torch_npu==2.11.0", "vllm-ascend==0.23.0"),
+)
+NPU_WHEEL_TAGS = (
+    "--python-version",
+    PYTHONS[0],
+    "--implementation",
+    "cp",
+    "--platform",
+    "manylinux_2_28_x86_64",
+    "--platform",
+    "manylinux_2_34_x86_64",
+)
+
+
+def _npu_wheel(session: nox.Session, cache: Path, requirement: str) -> Path:
+    """The wheel of ``name==version`` in ``cache``, downloaded on first use (kept across runs)."""
+    name, version = requirement.split("==")
+    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
+    if not any(cache.glob(pattern)):
+        session.run(
+            "python",
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            *NPU_WHEEL_TAGS,
+            "--dest",
+            str(cache),
+            requirement,
+        )
+    found = sorted(cache.glob(pattern))
+    if not found:
+        session.error(f"pip downloaded no wheel named {pattern} into {cache}")
+    return found[0]
+
+
+@nox.session(python=PYTHONS[0])
+def npu_contracts(session: nox.Session) -> None:
+    """torch_npu, torch.npu and vllm-ascend names our NPU code uses, checked in the real wheels.
+
+    The wheels are downloaded once into .nox/_npu_wheels and read, never installed (torch_npu
+    without CANN breaks `import torch`); the checker needs the standard library only.
+    `nox -s npu_contracts -- ARCHIVE...` checks other wheels or sdists instead.
+    """
+    checker = str(ROOT / ".ci" / "check_npu_contracts.py")
+    if session.posargs:
+        session.run("python", checker, *session.posargs)
+        return
+    cache = ROOT / ".nox" / "_npu_wheels"
+    cache.mkdir(parents=True, exist_ok=True)
+    for releases in NPU_CONTRACT_RELEASES:
+        wheels = [str(_npu_wheel(session, cache, requirement)) for requirement in releases]
+        session.run("python", checker, *wheels)
+
+
 @nox.session(python=PYTHONS[0])
 def vllm(session: nox.Session) -> None:
     """npu-compile as vLLM's compile backend, in vLLM's CPU build (integration_tests/vllm)."""
@@ -168,10 +234,12 @@ def vllm(session: nox.Session) -> None:
 
 @nox.session(python=PYTHONS[0])
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over every package."""
+    """mypy --strict over every package and the NPU contract checker."""
     session.install(*CONSTRAINTS, "mypy", *TEST_TOOLS, *_editables(*PACKAGES))
     modules = [arg for name in PACKAGES for arg in ("-p", IMPORT_NAMES[name])]
     session.run("mypy", *modules, *session.posargs)
+    # A script, not a package: mypy takes packages or files in one run, not both.
+    session.run("mypy", str(ROOT / ".ci" / "check_npu_contracts.py"))
 
 
 @nox.session(python=PYTHONS[0])

@@ -81,6 +81,7 @@ ALTERNATE: dict[str, object] = {
     "aclgraph_config.use_custom_pool": (11, 0),
     "aclgraph_config.splitting_ops": ["aten::relu"],
     "aclgraph_config.capture_sizes": [1, 2],
+    "aclgraph_config.capture_sizes_dim": 1,
 }
 # Options that need a device to mean anything: set, compiled, but static kernels would build.
 DO_NOT_RUN = {"experimental_config.aclgraph._aclnn_static_shape_kernel"}

@@ -5,6 +5,7 @@ from typing import Any
 import npu_compile
 import npu_compile.backend
 import npu_mempool
+import npu_streams
 import pytest
 import torch
 from npu_compile import BackendError, CompilerConfig, get_npu_backend
@@ -415,3 +416,32 @@ def test_capture_limit_warns_with_the_option_name_and_keeps_numbers_right() -> N
         with pytest.warns(npu_mempool.CaptureLimitWarning, match="static_capture_size_limit"):
             torch.testing.assert_close(compiled(x, pos), reference(x, pos))
     torch.testing.assert_close(model.cache, reference.cache)
+
+
+@torch.library.custom_op("npu_compile_test::fails_when_negative", mutates_args=())
+def _fails_when_negative(x: torch.Tensor) -> torch.Tensor:
+    if bool((x < 0).any()):
+        raise ValueError("a negative input")
+    return x.clone()
+
+
+@_fails_when_negative.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def test_an_error_inside_a_stream_scope_closes_the_scope() -> None:
+    # The graph opens and closes the scope with ops: an op failing in between used to leave the
+    # scope open (and, on a device, its stream current, where a capture cannot end).
+    def scoped(x: torch.Tensor) -> torch.Tensor:
+        with npu_compile.scope.npu_stream_switch("side"):
+            y = torch.ops.npu_compile_test.fails_when_negative(x * 2)
+        return y + 1
+
+    compiled = torch.compile(scoped, backend=get_npu_backend(), fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(torch.ones(3)), scoped(torch.ones(3)))
+        with pytest.raises(ValueError, match="a negative input"):
+            compiled(-torch.ones(3))
+        assert npu_streams.current_stream_tag() == "default"
+        torch.testing.assert_close(compiled(torch.ones(3)), scoped(torch.ones(3)))

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import npu_compile
 import pytest
@@ -58,12 +63,16 @@ def test_a_serving_loop_replays_one_graph_per_listed_size() -> None:
     assert runner.counters.pool_bytes <= 1.25 * alone.counters.pool_bytes
 
 
-def test_the_first_call_captures_every_size() -> None:
-    compiled, backend = _compiled(_mlp(), [2, 4, 8])
+def test_a_size_is_captured_by_the_first_call_that_needs_it() -> None:
+    model = _mlp()
+    compiled, backend = _compiled(model, [2, 4, 8])
     with torch.no_grad():
-        compiled(torch.randn(3, 64))
-    (runner,) = backend.stats.runners
-    assert runner.num_graphs == 3
+        for batch, graphs in ((3, 1), (7, 2), (4, 2), (1, 3)):
+            npu_compile.mark_step_begin()
+            x = torch.randn(batch, 64)
+            torch.testing.assert_close(compiled(x), model(x))
+            (runner,) = backend.stats.runners
+            assert runner.num_graphs == graphs  # nothing is captured ahead of traffic
 
 
 def test_a_larger_batch_runs_eagerly_with_one_log_line(caplog: pytest.LogCaptureFixture) -> None:
@@ -77,7 +86,7 @@ def test_a_larger_batch_runs_eagerly_with_one_log_line(caplog: pytest.LogCapture
     assert len(lines) == 1
     assert "batch size 6" in lines[0]
     (runner,) = backend.stats.runners
-    assert runner.num_graphs == 2  # the first call still captured every listed size
+    assert runner.num_graphs == 0  # no listed size was needed, so none was captured
 
 
 class _Centred(torch.nn.Module):
@@ -92,13 +101,30 @@ class _Centred(torch.nn.Module):
         return h - h.mean(dim=0, keepdim=True)
 
 
-def test_a_reduction_over_the_batch_dimension_is_refused() -> None:
-    compiled, _ = _compiled(_Centred(), [2, 4])
-    with (
-        pytest.raises(Exception, match="reduces over the batch dimension") as info,
-        torch.no_grad(),
-    ):
-        compiled(torch.randn(3, 8))
+def test_a_reduction_over_the_batch_is_captured_per_size(caplog: pytest.LogCaptureFixture) -> None:
+    model = _Centred()
+    compiled, backend = _compiled(model, [2, 4])
+    with caplog.at_level(logging.INFO, logger="npu_compile"), torch.no_grad():
+        for batch in (3, 3, 2):
+            npu_compile.mark_step_begin()
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+    lines = [r.getMessage() for r in caplog.records if "captured per batch size" in r.getMessage()]
+    assert len(lines) == 1
+    assert "aten.mean.dim" in lines[0]
+    (runner,) = backend.stats.runners
+    assert runner.num_graphs == 2  # batches 3 and 2, each at its own size
+
+
+def test_strict_refuses_a_graph_it_cannot_pad() -> None:
+    config = CompilerConfig()
+    config.aclgraph_config.capture_sizes = [2, 4]
+    config.debug.aclgraph.strict = True
+    compiled = torch.compile(_Centred(), backend=get_npu_backend(compiler_config=config))
+    x = torch.randn(3, 8)
+    torch._dynamo.mark_dynamic(x, 0)
+    with pytest.raises(Exception, match="works along the batch dimension") as info, torch.no_grad():
+        compiled(x)
     error = getattr(info.value, "inner_exception", info.value)
     assert isinstance(error, npu_compile.ConfigError)
 
@@ -123,6 +149,11 @@ def test_capture_sizes_are_validated() -> None:
             config.aclgraph_config.capture_sizes = wrong
     config.aclgraph_config.capture_sizes = [8, 1, 4, 4]
     assert config.aclgraph_config.capture_sizes == (1, 4, 8)
+    for wrong in (-1, True, 1.0, "0"):
+        with pytest.raises(npu_compile.ConfigError, match="capture_sizes_dim"):
+            config.aclgraph_config.capture_sizes_dim = wrong
+    config.aclgraph_config.capture_sizes_dim = 1
+    assert config.aclgraph_config.capture_sizes_dim == 1
 
 
 def test_a_padded_hf_decoder_equals_eager() -> None:
@@ -153,3 +184,65 @@ def test_a_padded_hf_decoder_equals_eager() -> None:
     assert backend.stats.fallbacks == []
     runners = backend.stats.runners
     assert sum(runner.num_graphs for runner in runners) == 4 * len(runners)
+
+
+_SAVED = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    import npu_compile
+    from npu_compile.backend import loaded_stats
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.proj(x).relu()
+
+    phase, path = sys.argv[1], sys.argv[2]
+    torch.manual_seed(0)
+    model = Model().eval()
+    config = npu_compile.CompilerConfig()
+    config.aclgraph_config.capture_sizes = [2, 4]
+    backend = npu_compile.get_npu_backend(compiler_config=config)
+    with torch.no_grad():
+        if phase == "save":
+            x = torch.randn(3, 8)
+            torch._dynamo.mark_dynamic(x, 0)
+            with torch._dynamo.config.patch(enable_aot_compile=True):
+                compiled = torch.compile(model.forward, backend=backend, fullgraph=True)
+                fn = compiled.aot_compile(((x,), {}))
+        else:
+            with open(path, "rb") as f:
+                fn = torch.compiler.load_compiled_function(f, f_globals=Model.forward.__globals__)
+        same = True
+        for batch in (3, 2, 4, 3):
+            npu_compile.mark_step_begin()
+            x = torch.randn(batch, 8)
+            same = same and torch.allclose(fn(model, x), model(x))
+    if phase == "save":
+        fn.save_compiled_function(path)
+    runners = backend.stats.runners if phase == "save" else loaded_stats.runners
+    print(json.dumps({"same": bool(same), "graphs": [r.num_graphs for r in runners]}))
+    """
+)
+
+
+def test_a_saved_graph_pads_as_the_process_that_compiled_it(tmp_path: Path) -> None:
+    # torch's AOT compile (vLLM's compile cache) loads the graph without tracing: the plan made
+    # when it was compiled travels with it.
+    script, artifact = tmp_path / "saved.py", tmp_path / "model.aot"
+    script.write_text(_SAVED)
+    for phase in ("save", "load"):
+        done = subprocess.run(
+            [sys.executable, str(script), phase, str(artifact)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result == {"same": True, "graphs": [2]}, phase  # 3 and 4 share the graph of 4

@@ -130,6 +130,8 @@ def _valid_value(key: str) -> object:
         "data_dump_stage": "original",
         "data_dump_dir": ".",
         "capture_error_mode": "relaxed",
+        "capture_sizes": [1, 4],
+        "splitting_ops": ["aten::mm"],
         "static_kernel_build_dir": "build",
         "static_kernel_fallback_dir": "fallback",
     }

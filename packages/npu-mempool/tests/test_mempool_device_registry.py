@@ -61,7 +61,9 @@ class MetaBackend:
         self.pools += 1
         return PoolHandle(device, native=("meta-pool", self.pools))
 
-    def capture(self, pool: PoolHandle, body: Body) -> tuple[MetaGraph, list[Any]]:
+    def capture(
+        self, pool: PoolHandle, body: Body, error_mode: str = "thread_local"
+    ) -> tuple[MetaGraph, list[Any]]:
         self.log.append("capture")
         with torch.no_grad():
             leaves, rerun, _inputs = body(torch.empty_like)

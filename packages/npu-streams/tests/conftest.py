@@ -47,6 +47,8 @@ class FakeDevice:
     current: FakeStream = field(default_factory=lambda: FakeStream("main", 0))
     streams: list[FakeStream] = field(default_factory=list)
     events: int = 0
+    #: Streams recording into a device graph right now.
+    capturing: set[str] = field(default_factory=set)
 
     def current_device(self) -> torch.device:
         return self.device
@@ -73,6 +75,9 @@ class FakeDevice:
 
     def record_stream(self, tensor: torch.Tensor, stream: FakeStream) -> None:
         self.log.append(("record_stream", stream.name))
+
+    def is_capturing(self, stream: FakeStream) -> bool:
+        return stream.name in self.capturing
 
 
 @pytest.fixture

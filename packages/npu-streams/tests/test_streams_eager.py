@@ -203,3 +203,22 @@ def test_scopes_are_per_thread_like_the_current_stream() -> None:
         worker.join()
         seen.append(current_stream_tag())
     assert seen == ["default", "a"]
+
+
+def test_scopes_a_failed_graph_left_open_are_closed(fake_device: Any) -> None:
+    # A compiled graph opens and closes a scope with ops and no `finally`: an exception in
+    # between used to leave the side stream current and the scope on the stack.
+    def failing_graph() -> None:
+        with npu_streams.scopes_closed_on_error():
+            torch.ops.npu_streams.stream_enter("side", "0")
+            assert fake_device.current.name == "side0"
+            raise ValueError("an op of the graph failed")
+
+    with pytest.raises(ValueError, match="an op of the graph failed"):
+        failing_graph()
+    assert fake_device.current.name == "main"
+    assert npu_streams.current_stream_tag() == "default"
+    with npu_streams.scopes_closed_on_error():  # a normal exit leaves open scopes alone
+        torch.ops.npu_streams.stream_enter("side", "0")
+    assert npu_streams.current_stream_tag() == "side"
+    torch.ops.npu_streams.stream_exit("side")

@@ -142,7 +142,10 @@ def test_wait_orders_the_waiting_stream_after_the_producer_stream() -> None:
     assert out.tolist() == [4.0, 4.0]
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
     names = [str(n.target) for n in nodes]
-    wait_index = names.index("npu_streams.wait.default")
+    # The op itself is gone: inside a capture it would wait on every tagged stream of the
+    # process, recorded outside the capture. The producers' events stand in for it.
+    assert "npu_streams.wait.default" not in names
+    wait_index = names.index("aten.add.Tensor")
     records = [
         n
         for n in nodes
@@ -169,6 +172,19 @@ def test_wait_waits_for_every_other_stream_eagerly(fake_device: Any) -> None:
     npu_streams.wait([torch.ones(1)])
     assert ("record", "ev0", "side0") in fake_device.log
     assert ("wait", "ev0", "main") in fake_device.log
+
+
+def test_wait_during_a_capture_joins_only_the_capturing_streams(fake_device: Any) -> None:
+    # A wait on an event recorded outside the capture invalidates a device capture: of the
+    # tagged streams, only those the capture forked (capturing too) are joined.
+    with npu_stream_switch("outside"):
+        pass
+    with npu_stream_switch("forked"):
+        pass
+    fake_device.capturing = {"main", "side1"}
+    npu_streams.wait([torch.ones(1)])
+    recorded = [entry[2] for entry in fake_device.log if entry[0] == "record"]
+    assert recorded == ["side1"]
 
 
 # ---- tagged events act like torch.Event ---------------------------------------------------------

@@ -32,13 +32,24 @@ def forward_of(gm: torch.fx.GraphModule) -> CompiledFn:
     """``gm.forward`` as the generated function itself.
 
     A lazily recompiled GraphModule's ``forward`` is a stub that recompiles and then goes through
-    ``nn.Module.__call__`` on every call (several µs); compiling now binds the real code.
+    ``nn.Module.__call__`` on every call (several µs); compiling now binds the real code. A graph
+    with stream scopes closes the scopes an exception leaves open.
     """
+    from npu_streams import has_stream_ops, scopes_closed_on_error
     from torch.fx._lazy_graph_module import _LazyGraphModule
 
     _LazyGraphModule.force_recompile(gm)
     forward: CompiledFn = gm.forward
-    return forward
+    if not has_stream_ops(gm):
+        return forward
+
+    def closing_scopes(*args: Any) -> Any:
+        # The graph opens and closes its stream scopes with ops: an op that raises in between
+        # would leave the side stream current, and a device capture could not end then.
+        with scopes_closed_on_error():
+            return forward(*args)
+
+    return closing_scopes
 
 
 def fall_back(

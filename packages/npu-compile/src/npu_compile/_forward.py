@@ -144,7 +144,7 @@ class ForwardCompiler:
         sizes = config.aclgraph_config.capture_sizes
         # Not a training forward: its saved tensors would be cut to the batch as well.
         padding = (
-            plan_padding(prepared, example_inputs, kinds, sizes, self.name)
+            plan_padding(prepared, example_inputs, kinds, sizes, self.name, config=config)
             if sizes and not eager and not splits and not training
             else None
         )

@@ -38,6 +38,7 @@ def capture_options(config: CompilerConfig) -> Any:
         capture_limit=int(aclgraph.static_capture_size_limit),
         frozen_parameters=bool(config.experimental_config.frozen_parameter),
         strict=bool(aclgraph.strict),
+        capture_error_mode=str(aclgraph.capture_error_mode),
         # warmup_runs left to npu-mempool: it knows which devices need an eager call per new
         # shape before capturing it (CUDA's lazily initialised cuBLAS).
     )

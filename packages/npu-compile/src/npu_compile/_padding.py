@@ -1,15 +1,27 @@
-"""Capture sizes: pad a dynamic batch dimension up to a listed size, replay, slice back.
+"""Capture sizes: pad the batch up to a listed size, replay, cut the outputs back.
 
 vLLM (``cudagraph_capture_sizes``) and SGLang (``--cuda-graph-bs``) capture a fixed list of batch
 sizes and pad each batch up to the nearest one, so a serving loop whose batch size changes on
-every step replays a few graphs instead of capturing one per size. Here the batch dimension is
-the first dynamic dimension among the graph's tensor inputs (its symbol ``s``): every input
-dimension equal to ``s`` is padded with zeros, every int argument equal to ``s`` is raised to
-the padded size, and every output dimension ``c * s`` is sliced back to ``c * n``.
+every step replays a few graphs instead of capturing one per size. Here a graph is padded only
+where that is proven to give the numbers it would give unpadded:
 
-Padding is correct only when the rows of that dimension are independent: a padded row must not
-change a real one. The plan is refused, with the node that shows it, where the graph reduces over
-the batch dimension, contracts it in a matrix product, or updates an input in place that has it.
+1. The batch is a dimension the user named (``_batch_symbol.find_batch``): marked with
+   ``mark_dynamic``, named by ``aclgraph_config.capture_sizes_dim``, or dimension 0.
+2. No input is written in place (a buffer update, a cache write): the padded call would write
+   a copy, or write the padding rows into the caller's state.
+3. Every output row depends only on the same input row (``_batch_proof.prove`` over the rule
+   table of ``_batch_rules``): padded rows change no real row.
+4. Only capture sizes the graph's guards admit are used (a graph traced at batch 1 is never run
+   at batch 4).
+
+Where any of that fails, the graph is captured per exact size, as without ``capture_sizes``,
+after one log line naming why (or a ``ConfigError`` under ``debug.aclgraph.strict``). Each size
+is captured when a call first needs it, by that call: a call changes the caller's state once,
+as the unpadded call would.
+
+The padding rows are copies of the first row, so every padded row computes what a real row
+computes: an index or a divisor that is fine for the real rows is fine for the padding too
+(zero rows could index out of range or divide by zero where no real row does).
 """
 
 from __future__ import annotations
@@ -17,13 +29,17 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
-import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from npu_compile._batch_proof import BatchInt, Rows, SliceRows, Unproven, prove
+from npu_compile._batch_symbol import Batch, Guards, find_batch
 from npu_compile.errors import ConfigError
+
+if TYPE_CHECKING:
+    from npu_compile.configs.compiler_config import CompilerConfig
 
 __all__ = ["Padding", "plan_padding"]
 
@@ -31,139 +47,100 @@ logger = logging.getLogger("npu_compile")
 
 CompiledFn = Callable[..., Any]
 
-aten = torch.ops.aten
-
-#: Reductions and scans: their ``dim`` argument (position, default "all dims").
-_DIM_OPS: dict[object, int] = {
-    aten.sum.dim_IntList: 1,
-    aten.mean.dim: 1,
-    aten.amax.default: 1,
-    aten.amin.default: 1,
-    aten.max.dim: 1,
-    aten.min.dim: 1,
-    aten.argmax.default: 1,
-    aten.argmin.default: 1,
-    aten.prod.dim_int: 1,
-    aten.var.correction: 1,
-    aten.std.correction: 1,
-    aten.logsumexp.default: 1,
-    aten.any.dim: 1,
-    aten.all.dim: 1,
-    aten.cumsum.default: 1,
-    aten.cumprod.default: 1,
-    aten._softmax.default: 1,
-    aten._log_softmax.default: 1,
-    aten.sort.default: 1,
-    aten.topk.default: 2,
-    aten.var_mean.correction: 1,
-    aten.linalg_vector_norm.default: 2,
-}
-
-#: Reductions over every element.
-_FULL_OPS = frozenset(
-    {
-        aten.sum.default,
-        aten.mean.default,
-        aten.max.default,
-        aten.min.default,
-        aten.prod.default,
-        aten.any.default,
-        aten.all.default,
-        aten.argmax.default,
-        aten.argmin.default,
-    }
-)
+#: Where the plan is kept on the graph, so that a graph saved and loaded (torch's AOT compile)
+#: pads as the process that compiled it decided; ``GraphModule.meta`` is saved with the graph.
+PLAN_KEY = "npu_compile.capture_sizes"
 
 
 @dataclasses.dataclass(frozen=True)
 class Padding:
-    """How one graph's calls are padded to the capture sizes and its outputs sliced back.
+    """How one graph's calls are padded to the capture sizes and its outputs cut back.
 
     Attributes:
-        sizes: The capture sizes, ascending.
+        sizes: The capture sizes the graph's guards admit, ascending.
+        largest: The largest listed capture size: a larger batch runs eagerly.
         tensor_dims: ``(argument, dimension)`` pairs that hold the batch size.
         int_args: Positions of int arguments equal to the batch size.
-        output_dims: Per flat output, ``(dimension, factor)`` to slice, or ``None``.
+        outputs: Per flat output, how it is cut back (``None``: as it is).
         symbol: The batch size's symbol, for messages.
     """
 
     sizes: tuple[int, ...]
+    largest: int
     tensor_dims: tuple[tuple[int, int], ...]
     int_args: tuple[int, ...]
-    output_dims: tuple[tuple[int, int] | None, ...]
+    outputs: tuple[SliceRows | BatchInt | None, ...]
     symbol: str
 
     def batch(self, args: Sequence[Any]) -> int:
+        """The batch size of a call."""
         if self.tensor_dims:
             arg, dim = self.tensor_dims[0]
             return int(args[arg].shape[dim])
         return int(args[self.int_args[0]])
 
     def pad(self, args: Sequence[Any], size: int) -> list[Any]:
-        """The arguments with the batch size set to ``size``: zero rows added, or rows dropped.
-
-        Dropping rows serves only the warm-up, which captures the smaller sizes from a larger
-        first call (the rows are independent, so any of them will do).
-        """
+        """The arguments with ``size`` rows: the real ones, then copies of the first."""
         padded = list(args)
-        by_arg: dict[int, list[int]] = {}
         for arg, dim in self.tensor_dims:
-            by_arg.setdefault(arg, []).append(dim)
-        for arg, dims in by_arg.items():
             tensor = args[arg]
-            for dim in dims:
-                if tensor.shape[dim] > size:
-                    tensor = tensor.narrow(dim, 0, size)
+            rows = tensor.shape[dim]
             shape = list(tensor.shape)
-            for dim in dims:
-                shape[dim] = size
-            if shape != list(tensor.shape):
-                grown = tensor.new_zeros(shape)
-                grown[tuple(slice(0, n) for n in tensor.shape)] = tensor
-                tensor = grown
-            padded[arg] = tensor
+            shape[dim] = size
+            grown = tensor.new_empty(shape)
+            grown.narrow(dim, 0, rows).copy_(tensor)
+            extra = grown.narrow(dim, rows, size - rows)
+            if rows:
+                extra.copy_(tensor.narrow(dim, 0, 1).expand_as(extra))
+            else:
+                extra.zero_()
+            padded[arg] = grown
         for arg in self.int_args:
             padded[arg] = size
         return padded
 
-    def slice(self, outputs: Any, batch: int) -> Any:
-        """The outputs cut back to ``batch`` rows, in place.
+    def cut(self, outputs: Any, batch: int, size: int) -> Any:
+        """The outputs of a call padded to ``size``, cut back to ``batch`` rows in place.
 
         In place (``as_strided_``), not as new views: each output stays the very tensor object
         the runner handed out, which it tracks to take the memory back after a step boundary.
         """
-        flat = [outputs] if isinstance(outputs, torch.Tensor) else outputs
-        for i, spec in enumerate(self.output_dims):
-            if spec is not None and i < len(flat) and isinstance(flat[i], torch.Tensor):
-                dim, factor = spec
-                tensor = flat[i]
-                if tensor.shape[dim] == factor * batch:
-                    continue
-                if tensor.untyped_storage().nbytes() == 0:
-                    # An empty output is the runner's own static tensor, not a hand-out copy.
-                    flat[i] = tensor.narrow(dim, 0, factor * batch)
-                    continue
-                shape = list(tensor.shape)
-                shape[dim] = factor * batch
-                tensor.as_strided_(shape, tensor.stride(), tensor.storage_offset())
+        flat = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+        cut: set[int] = set()  # a tensor returned twice is cut once
+        for i, spec in enumerate(self.outputs):
+            if i >= len(flat):
+                break
+            if isinstance(spec, BatchInt):
+                flat[i] = spec.scale * batch + spec.offset
+                continue
+            tensor = flat[i]
+            if spec is None or not isinstance(tensor, torch.Tensor) or id(tensor) in cut:
+                continue
+            cut.add(id(tensor))
+            # Each batch row is ``g`` consecutive entries of the dimension (``B * g``).
+            rows = tensor.shape[spec.dim] // size * batch
+            if tensor.untyped_storage().nbytes() == 0:
+                # An empty output is the runner's own static tensor, not a hand-out copy.
+                flat[i] = tensor.narrow(spec.dim, 0, rows)
+                continue
+            shape = list(tensor.shape)
+            shape[spec.dim] = rows
+            tensor.as_strided_(shape, tensor.stride(), tensor.storage_offset())
         if isinstance(outputs, torch.Tensor):
             return flat[0]
         return type(outputs)(flat) if isinstance(outputs, tuple) else flat
 
     def wrap(self, runner: CompiledFn, eager: CompiledFn, name: str) -> CompiledFn:
-        """The function Dynamo calls: pad, replay, slice; larger batches run ``eager``."""
-        largest = self.sizes[-1]
-        warmed: list[bool] = []
+        """The function Dynamo calls: pad, replay, cut; larger batches run ``eager``.
+
+        Nothing is captured ahead of traffic: the runner captures a size at the first call that
+        needs it, with that call's own arguments, so warm-ups never touch the caller's state.
+        """
+        sizes, largest = self.sizes, self.largest
         told: set[int] = set()
-        lock = threading.Lock()
 
         def padded(*args: Any) -> Any:
             batch = self.batch(args)
-            if not warmed:
-                with lock:
-                    if not warmed:
-                        self._warm_up(runner, args, name)
-                        warmed.append(True)
             if batch > largest:
                 if batch not in told:
                     told.add(batch)
@@ -175,50 +152,14 @@ class Padding:
                         largest,
                     )
                 return eager(*args)
-            size = self.sizes[bisect.bisect_left(self.sizes, batch)]
-            out = runner(*self.pad(args, size))
-            return self.slice(out, batch)
+            at = bisect.bisect_left(sizes, batch)
+            if at == len(sizes) or sizes[at] == batch:
+                # A listed size, or one no admitted size covers: captured as it is.
+                return runner(*args)
+            size = sizes[at]
+            return self.cut(runner(*self.pad(args, size)), batch, size)
 
         return padded
-
-    def _warm_up(self, runner: CompiledFn, args: Sequence[Any], name: str) -> None:
-        # Every size, largest first: the pool grows to the largest once and the smaller graphs
-        # reuse it. Two calls per size: a device may ask for an eager warm-up call before it
-        # captures a new shape.
-        logger.info("FX graph %s: capturing batch sizes %s", name, list(reversed(self.sizes)))
-        for size in reversed(self.sizes):
-            for _ in range(2):
-                runner(*self.pad(args, size))
-
-
-# Symbols are sympy expressions (torch's dependency, not ours): used through their own methods.
-Symbol = Any
-
-
-def _symbols(value: object) -> set[Symbol]:
-    if isinstance(value, torch.SymInt):
-        return set(value.node.expr.free_symbols)
-    return set()
-
-
-def _plain_symbol(size: object) -> Symbol | None:
-    """The symbol of a dynamic size that is a symbol alone (not ``2 * s0``), else ``None``."""
-    if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-        return size.node.expr
-    return None
-
-
-def _dim_holds(size: object, symbol: Symbol) -> int | None:
-    """The factor ``c`` where ``size == c * symbol``; ``None`` where it does not involve it."""
-    if not isinstance(size, torch.SymInt):
-        return None
-    expr = size.node.expr
-    if symbol not in expr.free_symbols:
-        return None
-    factor = expr / symbol  # sympy cancels the symbol of c * symbol
-    if factor.is_Integer and int(factor) > 0:
-        return int(factor)
-    return -1  # involves the batch size in another way
 
 
 def plan_padding(
@@ -227,116 +168,121 @@ def plan_padding(
     kinds: Sequence[Any],
     sizes: tuple[int, ...],
     name: str,
+    *,
+    config: CompilerConfig | None = None,
 ) -> Padding | None:
-    """The padding plan of an AOT forward graph, or ``None`` where it has no dynamic dimension.
+    """The padding plan of an AOT forward graph, or ``None``: captured per exact size.
+
+    Args:
+        gm: The AOT forward graph (the plan is kept in its ``meta``).
+        example_inputs: Its example inputs.
+        kinds: The input classes (``npu_mempool.InputKind``) of its inputs.
+        sizes: ``aclgraph_config.capture_sizes``.
+        name: The FX graph's name, for messages.
+        config: The options; ``None`` for a graph loaded from a saved artifact, which pads as
+            the process that compiled it decided.
 
     Raises:
-        ConfigError: The rows of the batch dimension are not independent in this graph, or a
-            tensor holds the batch size in a way that cannot be padded.
+        ConfigError: Under ``debug.aclgraph.strict``, the graph cannot be padded.
     """
-    from npu_mempool import InputKind
+    if config is None:
+        plan = gm.meta.get(PLAN_KEY)
+        return plan if isinstance(plan, Padding) else None
+    strict = bool(config.debug.aclgraph.strict)
 
-    symbol: Symbol | None = None
-    for example in example_inputs:
-        if isinstance(example, torch.Tensor):
-            symbol = next((e for e in map(_plain_symbol, example.shape) if e is not None), None)
-        if symbol is not None:
-            break
-    if symbol is None:
-        return None
-
-    def refuse(why: str) -> ConfigError:
-        return ConfigError(
-            f"aclgraph_config.capture_sizes cannot pad FX graph {name}: {why}. Padding is "
-            f"correct only where the rows of the batch dimension ({symbol}) are independent; "
-            "leave capture_sizes unset for this model, or keep that computation out of the "
-            "compiled region"
+    def refuse(why: str) -> None:
+        message = (
+            f"FX graph {name} is captured per batch size, not padded to "
+            f"aclgraph_config.capture_sizes: {why}"
         )
+        if strict:
+            raise ConfigError(
+                f"{message} (debug.aclgraph.strict is set; unset it to capture such graphs per "
+                "size, or leave capture_sizes unset)"
+            )
+        logger.warning(message)
 
-    tensor_dims: list[tuple[int, int]] = []
-    int_args: list[int] = []
-    for i, value in enumerate(example_inputs):
-        if isinstance(value, torch.Tensor):
-            dims = [(d, _dim_holds(s, symbol)) for d, s in enumerate(value.shape)]
-            held = [(d, f) for d, f in dims if f is not None]
-            if not held:
-                continue
-            if kinds[i] is InputKind.MUTATED:
-                raise refuse(f"input {i} holds the batch size and is updated in place")
-            if any(f != 1 for _, f in held):
-                raise refuse(f"input {i} has a dimension that combines the batch size")
-            tensor_dims.extend((i, d) for d, _ in held)
-        elif isinstance(value, torch.SymInt) and symbol in _symbols(value):
-            if value.node.expr != symbol:
-                raise refuse(f"int input {i} is {value.node.expr}, not the batch size itself")
-            int_args.append(i)
+    found = find_batch(example_inputs, config.aclgraph_config.capture_sizes_dim)
+    if found is None:
+        return None
+    if isinstance(found, str):
+        refuse(found)
+        return None
+    guards = Guards(found.symbol, example_inputs)
+    admitted, left_out = guards.admitted(sizes)
+    if not guards.pads_some_batch(admitted):
+        # Traced under a guard that pins the batch (Eq(s0, 1)): every call runs at a size it
+        # may run at, so there is nothing to pad and nothing to prove.
+        logger.info(
+            "FX graph %s is captured per batch size: its guards leave no batch to pad (%s)",
+            name,
+            "; ".join(sorted(set(left_out.values()))) or "no listed size above a batch",
+        )
+        return None
+    written = _written_input(gm, kinds)
+    if written is not None:
+        refuse(written)
+        return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    dims = dict(found.tensor_dims)
+    states = [Rows(dims[i]) if i in dims else None for i in range(len(placeholders))]
+    try:
+        proof = prove(gm, found.symbol, states)
+    except Unproven as error:
+        refuse(f"{error}; padding rows could change real rows there")
+        return None
+    admitted, left_out = guards.admitted(sizes, proof.bounds)
+    if left_out:
+        logger.info(
+            "FX graph %s: capture sizes %s left out, the graph holds only where %s",
+            name,
+            sorted(left_out),
+            "; ".join(sorted(set(left_out.values()))),
+        )
+    if not admitted:
+        return None
+    padding = _padding(found, admitted, sizes[-1], proof.outputs)
+    gm.meta[PLAN_KEY] = padding
+    return padding
 
-    for node in gm.graph.nodes:
-        if node.op == "call_function":
-            why = _mixes_rows(node, symbol)
-            if why is not None:
-                raise refuse(f"node {node.name} ({node.target}) {why}")
 
-    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
-    output_dims: list[tuple[int, int] | None] = []
-    for value in output.args[0]:
-        val = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
-        spec: tuple[int, int] | None = None
-        if isinstance(val, torch.Tensor):
-            factors = [(d, _dim_holds(s, symbol)) for d, s in enumerate(val.shape)]
-            found = [(d, f) for d, f in factors if f is not None]
-            if len(found) > 1 or any(f < 1 for _, f in found):
-                raise refuse(f"output {value} holds the batch size in more than one way")
-            if found:
-                spec = found[0]
-        elif isinstance(val, torch.SymInt) and symbol in _symbols(val):
-            raise refuse(f"output {value} is a size computed from the batch size")
-        output_dims.append(spec)
+def _padding(
+    batch: Batch,
+    admitted: tuple[int, ...],
+    largest: int,
+    outputs: tuple[SliceRows | BatchInt | None, ...],
+) -> Padding:
     return Padding(
-        sizes=sizes,
-        tensor_dims=tuple(tensor_dims),
-        int_args=tuple(int_args),
-        output_dims=tuple(output_dims),
-        symbol=str(symbol),
+        sizes=admitted,
+        largest=largest,
+        tensor_dims=batch.tensor_dims,
+        int_args=batch.int_args,
+        outputs=outputs,
+        symbol=str(batch.symbol),
     )
 
 
-def _val(arg: object) -> object:
-    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+def _written_input(gm: torch.fx.GraphModule, kinds: Sequence[Any]) -> str | None:
+    """Why the graph writes an input in place (a buffer update, a KV-cache write), if it does.
 
+    A padded call runs on padded copies: the write would go to the copy, or carry the padding
+    rows into the caller's state.
+    """
+    from npu_mempool import InputKind
 
-def _has(size: object, symbol: Symbol) -> bool:
-    return isinstance(size, torch.SymInt) and symbol in size.node.expr.free_symbols
-
-
-def _mixes_rows(node: torch.fx.Node, symbol: Symbol) -> str | None:
-    """Why this node lets one row of the batch dimension change another, or ``None``."""
-    target = node.target
-    source = _val(node.args[0]) if node.args else None
-    if not isinstance(source, torch.Tensor):
-        return None
-    shape = source.shape
-    if target in _FULL_OPS and any(_has(s, symbol) for s in shape):
-        return "reduces over every element, the batch dimension included"
-    if target in _DIM_OPS:
-        position = _DIM_OPS[target]
-        dims: Any = node.args[position] if len(node.args) > position else node.kwargs.get("dim")
-        if dims is None:
-            reduced: Sequence[int] = range(len(shape))
-        else:
-            listed = dims if isinstance(dims, (list, tuple)) else [dims]
-            reduced = [int(d) % max(len(shape), 1) for d in listed]
-        if any(_has(shape[d], symbol) for d in reduced):
-            return "reduces over the batch dimension"
-    if target in (aten.mm.default, aten.bmm.default, aten.addmm.default):
-        left, right = (
-            (node.args[1], node.args[2]) if target is aten.addmm.default else node.args[:2]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for index, kind in enumerate(kinds):
+        if kind is not InputKind.MUTATED or index >= len(placeholders):
+            continue
+        target = placeholders[index]
+        writer = next(
+            (
+                user
+                for user in target.users
+                if isinstance(user.target, torch._ops.OpOverload) and user.target._schema.is_mutable
+            ),
+            None,
         )
-        lval, rval = _val(left), _val(right)
-        if (
-            isinstance(lval, torch.Tensor)
-            and isinstance(rval, torch.Tensor)
-            and (_has(lval.shape[-1], symbol) or _has(rval.shape[-2], symbol))
-        ):
-            return "contracts the batch dimension in a matrix product"
+        where = f"node {writer.name} ({writer.target}) " if writer is not None else ""
+        return f"{where}updates the graph input {target.name} in place (state such as a buffer)"
     return None

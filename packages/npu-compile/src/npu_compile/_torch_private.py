@@ -45,6 +45,60 @@ def _forward_metadata() -> Any:
     return seen[0]
 
 
+@functools.cache
+def _marked_graph_input() -> dict[str, Any]:
+    """What a backend sees of a traced tensor whose dimension 0 the user marked."""
+    import torch
+    from torch._guards import TracingContext
+
+    seen: dict[str, Any] = {}
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        context = TracingContext.try_get()
+        if context is not None:
+            traced: Any = context.tensor_to_context
+            for real, symbolic in list(traced.items()):
+                seen["source"] = symbolic.tensor_source
+                seen["marks"] = real._dynamo_dynamic_indices
+            for node in gm.graph.nodes:
+                value = node.meta.get("example_value")
+                if isinstance(value, torch.Tensor):
+                    size: Any = value.shape[0]
+                    seen["shape_env"] = size.node.shape_env
+        return gm.forward
+
+    x = torch.ones(3, 2)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch.compile(lambda t: t * 2, backend=backend, fullgraph=True)(x)
+    if "source" not in seen:
+        raise LookupError("the backend ran without TracingContext.tensor_to_context")
+    return seen
+
+
+def _marked_dims() -> object:
+    marks = _marked_graph_input()["marks"]
+    if 0 not in marks:
+        raise LookupError(f"mark_dynamic(x, 0) left _dynamo_dynamic_indices = {marks!r}")
+    return marks
+
+
+def _shape_env() -> Any:
+    return _marked_graph_input()["shape_env"]
+
+
+def _shape_env_field(field: str) -> Callable[[], object]:
+    return lambda: getattr(_shape_env(), field)
+
+
+def _size_source() -> object:
+    """Where the marked size's symbol came from: ``L['t'].size()[0]``, read as the code reads it."""
+    (sources,) = _shape_env().var_to_sources.values()
+    source = sources[0]
+    if source.prop.name != "SIZE" or source.idx != 0 or source.base is None:
+        raise LookupError(f"the marked size's source reads as {source!r}")
+    return source
+
+
 def _metadata(field: str) -> Callable[[], object]:
     return lambda: getattr(_forward_metadata(), field)
 
@@ -73,6 +127,11 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "AOT autograd",
         "_forward.ForwardCompiler reads AOT's ViewAndMutationMeta of the graph",
         probe=_forward_metadata,
+    ),
+    PrivateApi(
+        "torch._ops.HigherOrderOperator",
+        "FX",
+        "_capturable finds the op inside auto_functionalized(_v2) and with_effects for splitting",
     ),
     PrivateApi(
         "torch.fx.passes.split_module.split_module",
@@ -274,6 +333,71 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "torch.fx.experimental.symbolic_shapes.free_symbols",
         "FX symbolic shapes",
         "_tensorify finds the int inputs that decide no shape",
+    ),
+    # Capture sizes: which dimension the user marked, and the guards a graph was traced under.
+    PrivateApi(
+        "torch._guards.TracingContext.tensor_to_context",
+        "Dynamo",
+        "_batch_symbol finds the tensors the user marked among those Dynamo traced",
+        probe=lambda: _marked_graph_input()["source"],
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.StatefulSymbolicContext.tensor_source",
+        "FX symbolic shapes",
+        "_batch_symbol names a traced tensor by its source",
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv.var_to_sources",
+        "FX symbolic shapes",
+        "_batch_symbol finds which dimension of which input each size symbol came from",
+        probe=_size_source,
+    ),
+    PrivateApi(
+        "torch._dynamo.source.TensorPropertySource",
+        "Dynamo",
+        "_batch_symbol reads a size symbol's source (base, prop, idx)",
+    ),
+    PrivateApi(
+        "torch._dynamo.decorators.mark_dynamic",
+        "Dynamo",
+        "_batch_symbol pads the dimension mark_dynamic recorded in _dynamo_dynamic_indices",
+        probe=_marked_dims,
+    ),
+    PrivateApi(
+        "torch.fx.experimental.sym_node.SymNode.shape_env",
+        "FX symbolic shapes",
+        "_batch_symbol finds the shape environment of the batch size's symbol",
+        probe=_shape_env,
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv.guards",
+        "FX symbolic shapes",
+        "_batch_symbol keeps the capture sizes the guards on the batch size admit",
+        probe=_shape_env_field("guards"),
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv.deferred_runtime_asserts",
+        "FX symbolic shapes",
+        "_batch_symbol keeps the capture sizes the runtime assertions on the batch size admit",
+        probe=_shape_env_field("deferred_runtime_asserts"),
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv.var_to_range",
+        "FX symbolic shapes",
+        "_batch_symbol keeps the capture sizes within the batch size's value range",
+        probe=_shape_env_field("var_to_range"),
+    ),
+    PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.ShapeEnv.replacements",
+        "FX symbolic shapes",
+        "_batch_symbol reads guards with the sizes torch specialised replaced",
+        probe=_shape_env_field("replacements"),
+    ),
+    PrivateApi(
+        "torch._ops.OpOverload._schema",
+        "dispatch",
+        "_batch_proof reads an op's arguments by name and which ones it writes",
+        probe=lambda: __import__("torch").ops.aten.add.Tensor._schema,
     ),
     PrivateApi(
         "torch.fx._lazy_graph_module._LazyGraphModule.force_recompile",

@@ -183,6 +183,16 @@ def sizes_or_none(path: str, value: object) -> tuple[int, ...] | None:
     )
 
 
+def dim_or_none(path: str, value: object) -> int | None:
+    """``None`` or a dimension index: an int ``>= 0`` (bools are refused)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    raise ConfigError(
+        f"{path} must be None or a dimension index, an int >= 0 (0 for batch-first inputs), got "
+        f"{_describe(value)}"
+    )
+
+
 def dict_or_none(path: str, value: object) -> object:
     """``None`` or a ``dict`` (stored as a copy)."""
     if value is None:

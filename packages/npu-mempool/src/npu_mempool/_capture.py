@@ -72,7 +72,7 @@ def capture(
 
         return shape.leaves, rerun, inputs
 
-    graph, static_leaves = backend.capture(pool, body)
+    graph, static_leaves = backend.capture(pool, body, options.capture_error_mode)
     shape = structure[0]
     caller_storages = {
         args[i].untyped_storage()._cdata for i in layout.tensors if static_args[i] is args[i]

@@ -35,6 +35,9 @@ class InputKind(enum.Enum):
     USER = "user"
 
 
+#: The capture error modes of the device graph APIs (``torch.cuda.graph``, ``torch.npu.graph``).
+CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
+
 _BOOLEAN_FIELDS = (
     "reuse_pool_across_shapes",
     "clone_input",
@@ -81,6 +84,12 @@ class CaptureOptions:
             returned as usual. ``None`` (default) takes the device's own need: ``1`` on CUDA, whose
             libraries initialise lazily on first use (cuBLAS workspaces) and must not do so inside
             a capture, ``0`` on NPU (as TorchAir) and on the CPU emulation.
+        capture_error_mode: ``debug.aclgraph.capture_error_mode``: which calls of other threads
+            invalidate a device capture in progress. ``"thread_local"`` (default, as CUDA Graph
+            Trees): only unsafe calls of the capturing thread; ``"global"``: those of any thread
+            (the device graph API's own default; serving threads that allocate while another one
+            captures then break its capture); ``"relaxed"``: none. The CPU emulation has no such
+            errors.
     """
 
     pool: PoolHandle | None = None
@@ -92,8 +101,14 @@ class CaptureOptions:
     frozen_parameters: bool = False
     strict: bool = False
     warmup_runs: int | None = None
+    capture_error_mode: str = "thread_local"
 
     def __post_init__(self) -> None:
+        if self.capture_error_mode not in CAPTURE_ERROR_MODES:
+            raise ConfigError(
+                f"CaptureOptions.capture_error_mode must be one of {', '.join(CAPTURE_ERROR_MODES)}"
+                f", got {self.capture_error_mode!r}"
+            )
         for name in _BOOLEAN_FIELDS:
             value = getattr(self, name)
             if not isinstance(value, bool):

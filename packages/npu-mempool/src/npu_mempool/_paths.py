@@ -169,6 +169,16 @@ class CallPaths:
                 f"create the pool with graph_pool_handle({str(device)!r})"
             )
         backend = backend_for(device.type)
+        if path.pool is not None and state_of(path.pool).broken:
+            # Another runner's failed capture broke this shared pool (mode 1): capturing into it
+            # again could corrupt it, so this path goes on in a pool of its own.
+            log.warning(
+                "GraphRunner %r: its pool was left unusable by a failed capture (maybe of another "
+                "runner sharing it); later graphs go into a new pool",
+                name,
+            )
+            path.pool = None
+            path.rewinds = self._options.reuse_pool_across_shapes
         if path.pool is None:
             path.pool = backend.new_pool(device)
         return path.pool, backend

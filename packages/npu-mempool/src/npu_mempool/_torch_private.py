@@ -88,6 +88,13 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         needs="torch_npu",
     ),
     PrivateApi(
+        "torch_npu._C._npu_endAllocateCurrentStreamToPool",
+        "graph",
+        "_devices/npu.py: _npu_endAllocateToPool's name in torch_npu 2.11 and 2.12",
+        optional="after a failed capture later captures into that pool may be refused",
+        needs="torch_npu",
+    ),
+    PrivateApi(
         "torch_npu._C._npu_releasePool",
         "graph",
         "_devices/npu.py releases a pool after a failed capture",

@@ -19,7 +19,7 @@ from npu_streams._events import (
 )
 from npu_streams._pass import STREAM_META_KEY, has_stream_ops, prepare_for_capture
 from npu_streams._runtime import DEFAULT_TAG, TaggedEvent
-from npu_streams._scope import current_stream_tag, npu_stream_switch
+from npu_streams._scope import current_stream_tag, npu_stream_switch, scopes_closed_on_error
 from npu_streams._version import __version__
 from npu_streams.errors import EventTagError, NpuStreamsError, StreamScopeError, StreamTagError
 
@@ -28,6 +28,7 @@ __all__ = [
     # scopes
     "npu_stream_switch",
     "current_stream_tag",
+    "scopes_closed_on_error",
     "DEFAULT_TAG",
     # events and record-stream
     "TaggedEvent",

@@ -18,6 +18,7 @@ __all__ = [
     "new_stream",
     "new_event",
     "record_stream",
+    "is_capturing",
 ]
 
 
@@ -64,3 +65,22 @@ def new_event(device: torch.device) -> torch.Event:
 def record_stream(tensor: torch.Tensor, stream: torch.Stream) -> None:
     """Tell the caching allocator that ``stream`` uses ``tensor`` (``Tensor.record_stream``)."""
     tensor.record_stream(stream)
+
+
+def is_capturing(stream: torch.Stream) -> bool:
+    """Whether ``stream`` is recording into a device graph right now.
+
+    The device module's ``is_current_stream_capturing`` (``torch.cuda``, and ``torch.npu`` once
+    torch_npu is loaded) answers for the current stream only, so ``stream`` is made current for
+    the question. A device without the call never captures.
+    """
+    module = torch.get_device_module(stream.device.type)
+    check = getattr(module, "is_current_stream_capturing", None)
+    if check is None:
+        return False
+    previous = current_stream(stream.device)
+    set_stream(stream)
+    try:
+        return bool(check())
+    finally:
+        set_stream(previous)

@@ -244,3 +244,6 @@ def _order_waits(graph: torch.fx.Graph, graph_id: int) -> None:
                 marker = graph.call_function(OVERLOADS["internal_event_record"], (tag,))
             marker.meta[STREAM_META_KEY] = source
             _insert(graph, "internal_event_wait", tag, stream, before=node)
+        # The producers are joined above. The op itself would wait for every tagged stream of
+        # the process, recorded outside the capture, which invalidates a device capture.
+        graph.erase_node(node)

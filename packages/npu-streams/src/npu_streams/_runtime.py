@@ -43,6 +43,8 @@ __all__ = [
     "stream_for_tag",
     "check_cpu_priority",
     "wait_for_streams",
+    "scope_depth",
+    "close_scopes_above",
 ]
 
 DEFAULT_TAG = "default"
@@ -312,12 +314,33 @@ def stream_exit(tag: str) -> None:
         _device.set_stream(frame.previous)
 
 
+def scope_depth() -> int:
+    """How many scopes are open on this thread."""
+    return len(_state.frames)
+
+
+def close_scopes_above(depth: int) -> None:
+    """Close the scopes this thread opened beyond ``depth``, innermost first, restoring streams.
+
+    A compiled graph opens and closes scopes with ops; an exception between the two leaves the
+    scope open and its stream current, which a device capture then refuses to end on.
+    """
+    frames = _state.frames
+    while len(frames) > depth:
+        frame = frames.pop()
+        if frame.previous is not None:
+            _device.set_stream(frame.previous)
+
+
 def wait_for_streams() -> None:
     """Make the current stream wait for the work issued so far on every other known stream.
 
     The eager meaning of ``npu_streams.wait(tensors)``: outside a graph the stream that produced
     a tensor is not known, so every tagged stream of the device (and the main stream) is waited
-    for. Inside a compiled graph the pass waits for the producers' streams only.
+    for. Inside a compiled graph the pass waits for the producers' streams only (and removes the
+    ``wait`` itself). While the current stream is capturing a device graph, only the streams
+    that are capturing too (the ones the capture forked) are waited for: a wait on an event
+    recorded outside the capture would invalidate it.
     """
     device = current_device()
     if device is None:
@@ -326,8 +349,9 @@ def wait_for_streams() -> None:
     with _lock:
         others = [entry.stream for entry in _streams.get(device, {}).values()]
     others.append(_main_stream(device))
+    capturing = _device.is_capturing(current)
     for stream in others:
-        if stream == current:
+        if stream == current or (capturing and not _device.is_capturing(stream)):
             continue
         event = _device.new_event(device)
         event.record(stream)

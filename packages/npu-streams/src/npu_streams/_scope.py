@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from types import TracebackType
 
 import torch
@@ -10,7 +12,7 @@ import torch
 from npu_streams import _ops, _runtime  # noqa: F401
 from npu_streams.errors import StreamTagError
 
-__all__ = ["npu_stream_switch", "current_stream_tag"]
+__all__ = ["npu_stream_switch", "current_stream_tag", "scopes_closed_on_error"]
 
 
 # Lowercase like torch's own context managers (torch.no_grad), and like TorchAir's name.
@@ -85,3 +87,32 @@ def current_stream_tag() -> str:
         The tag, or ``"default"`` outside every scope.
     """
     return _runtime.current_tag()
+
+
+@contextlib.contextmanager
+def scopes_closed_on_error() -> Iterator[None]:
+    """Close the scopes left open by an exception inside the block, restoring the stream.
+
+    Around a compiled graph with stream scopes: the graph opens and closes each scope with an
+    op, with no ``finally`` between them, so an exception raised inside a scope would leave it
+    open and its stream current (and a device capture could not end on its own stream). A
+    block that finishes normally is left alone.
+
+    Example:
+        >>> from npu_streams import current_stream_tag, scopes_closed_on_error
+        >>> import torch
+        >>> try:
+        ...     with scopes_closed_on_error():
+        ...         torch.ops.npu_streams.stream_enter("1", "0")  # what a graph does
+        ...         raise ValueError("the graph failed inside the scope")
+        ... except ValueError:
+        ...     pass
+        >>> current_stream_tag()
+        'default'
+    """
+    depth = _runtime.scope_depth()
+    try:
+        yield
+    except BaseException:
+        _runtime.close_scopes_above(depth)
+        raise

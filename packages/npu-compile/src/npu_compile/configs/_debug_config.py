@@ -46,8 +46,12 @@ class AclGraphDebugConfig(_Node):
         strict: Raise instead of falling back to eager when a graph cannot be captured
             (npu-compile extension; default ``False``: one logged reason, then eager).
         force_recapture: npugraph_ex's ``force_recapture``; accepted, no effect here.
-        capture_error_mode: npugraph_ex's ``capture_error_mode``; accepted, no effect here (the
-            runner captures in ``"thread_local"`` mode).
+        capture_error_mode: npugraph_ex's ``capture_error_mode``: which calls of other threads
+            invalidate a device capture in progress (``"global"``: any thread's unsafe calls;
+            ``"thread_local"``: the capturing thread's; ``"relaxed"``: none). The default is
+            ``"thread_local"``, as CUDA Graph Trees use, not npugraph_ex's ``"global"``: under
+            ``"global"`` a serving thread that allocates while another captures breaks that
+            capture.
     """
 
     disable_reinplace_inplaceable_ops_pass = _Option(
@@ -71,10 +75,7 @@ class AclGraphDebugConfig(_Node):
         "to compare against uncaptured execution instead",
     )
     capture_error_mode = _Option(
-        "global",
-        choice("global", "thread_local", "relaxed"),
-        "capture error mode",
-        effect="the graph runner always captures in 'thread_local' mode",
+        "thread_local", choice("global", "thread_local", "relaxed"), "capture error mode"
     )
 
 

@@ -15,6 +15,7 @@ from npu_compile._validators import (
     boolean,
     callable_or_none,
     choice,
+    dim_or_none,
     op_names,
     pool_handle,
     sizes_or_none,
@@ -53,17 +54,31 @@ class AclGraphConfig(_Node):
             (npu-compile extension; default none).
         capture_sizes: Batch sizes to capture, as vLLM's ``cudagraph_capture_sizes``
             (npu-compile extension; default ``None``: one graph per size seen). With a list, a
-            graph with a dynamic batch dimension (the first dynamic dimension of its inputs)
-            pads each call up to the nearest listed size, replays, and slices the outputs
-            back; a larger batch runs eagerly. The first call captures every listed size,
-            largest first, into one pool. Padding is correct only where the rows are
-            independent: a graph that reduces over the batch dimension is refused.
+            graph whose batch dimension is dynamic pads each call up to the nearest listed
+            size (the padding rows copy the first row), replays, and cuts the outputs back; a
+            larger batch runs eagerly. Each size is captured when a call first needs it, into
+            the graph's pool. A graph is padded only where that is proven to give its unpadded
+            numbers: every output row depends only on the same input row (elementwise ops,
+            matrix products, embeddings, norms, softmax and attention over other dimensions,
+            views that keep the batch leading, indexing by ``arange(batch)``), no input is
+            updated in place, and only sizes the graph's guards admit are used (a graph traced
+            at batch 1 stays at 1). Any other graph (batch statistics, a reduction, scan, sort,
+            flip or index along the batch, a buffer update) is captured per exact size after
+            one log line naming the node; a ``ConfigError`` under ``debug.aclgraph.strict``.
+        capture_sizes_dim: Which dimension of the graph's input tensors is the batch that
+            ``capture_sizes`` pads (npu-compile extension; default ``None``: the dimensions
+            marked with ``torch._dynamo.mark_dynamic``, or dimension 0 where nothing is
+            marked). Set it for inputs that are not batch-first, such as ``(seq, batch,
+            hidden)``: ``1``. Every input dimension of that size is padded; a graph where the
+            batch size is also the size of another dimension (3 prompts of 3 tokens under
+            ``dynamic=True``) is not padded.
     """
 
     use_custom_pool = _Option[object](None, pool_handle, "shared pool (mode 1)")
     piecewise = _Option(True, boolean, "split around operators that cannot be captured")
     splitting_ops = _Option[tuple[str, ...]]((), op_names, "operators run eagerly between pieces")
     capture_sizes = _Option[tuple[int, ...] | None](None, sizes_or_none, "batch sizes to capture")
+    capture_sizes_dim = _Option[int | None](None, dim_or_none, "the batch dimension to pad")
 
 
 class CompilerConfig(_Node):

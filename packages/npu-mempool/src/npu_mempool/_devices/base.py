@@ -46,8 +46,14 @@ class GraphBackend(Protocol):
     def new_pool(self, device: torch.device) -> PoolHandle:
         """Create an empty pool on ``device``."""
 
-    def capture(self, pool: PoolHandle, body: Body) -> tuple[Graph, list[Any]]:
-        """Capture ``body`` into ``pool``; return the graph and its static output leaves."""
+    def capture(
+        self, pool: PoolHandle, body: Body, error_mode: str = "thread_local"
+    ) -> tuple[Graph, list[Any]]:
+        """Capture ``body`` into ``pool``; return the graph and its static output leaves.
+
+        ``error_mode`` is the device's capture error mode (``"global"``, ``"thread_local"`` or
+        ``"relaxed"``: which API calls of other threads a capture refuses).
+        """
 
     def checkpoint(self, pool: PoolHandle) -> bool:
         """Remember the pool's current state for later rewinds; ``False`` when unsupported."""

@@ -62,35 +62,43 @@ class Cuda:
     def legacy_graph(self) -> Any:
         return torch.cuda.CUDAGraph()
 
-    def legacy_context(self, graph: Any, pool_id: Any, stream: Any) -> Any:
-        return _recording(graph, pool_id, stream)
+    def legacy_context(self, graph: Any, pool_id: Any, stream: Any, error_mode: str) -> Any:
+        return _recording(graph, pool_id, stream, error_mode)
 
     def current_stream(self, device: torch.device) -> Any:
         return torch.cuda.current_stream(device)
 
-    def abandon_capture(self, index: int, pool_id: Any, stream: Any) -> None:
-        # torch.cuda.graph ends the capture before it leaves its stream context: when ending the
-        # capture raises, the capture stream stays current and the allocator keeps routing this
-        # thread's allocations to the pool, refusing every later capture into it. Undo both.
+    def set_stream(self, stream: Any) -> None:
         torch.cuda.set_stream(stream)
-        for hook in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
-            call = getattr(torch._C, hook, None)
-            if call is not None:
-                with contextlib.suppress(RuntimeError):
-                    call(index, pool_id)
+
+    def end_allocate_to_pool(self, index: int, pool_id: Any) -> bool:
+        # Refused ("not currently recording") once capture_end has stopped the routing itself.
+        end = getattr(torch._C, "_cuda_endAllocateToPool", None)
+        if end is None:
+            return False
+        try:
+            end(index, pool_id)
+        except RuntimeError:
+            return False
+        return True
+
+    def release_pool(self, index: int, pool_id: Any) -> None:
+        release = getattr(torch._C, "_cuda_releasePool", None)
+        if release is not None:
+            release(index, pool_id)
 
 
 @contextlib.contextmanager
-def _recording(graph: Any, pool_id: Any, stream: Any) -> Iterator[None]:
-    """What ``torch.cuda.graph(graph, pool=pool_id, stream=stream)`` does, less sync and emptying.
+def _recording(graph: Any, pool_id: Any, stream: Any, error_mode: str) -> Iterator[None]:
+    """What ``torch.cuda.graph(graph, pool=..., stream=..., capture_error_mode=...)`` does.
 
-    Its device-wide sync and cache emptying are left out (see [Note: what a capture pays] in
+    Less its device-wide sync and cache emptying (see [Note: what a capture pays] in
     ``native``). The capture ends on the way out whatever happened inside, as with
     ``torch.cuda.graph``; the caller's stream is current again even when ending the capture
-    raised.
+    raised (``native``'s ``_abandon`` then ends it on its own stream).
     """
     with torch.cuda.stream(stream):
-        graph.capture_begin(pool=pool_id, capture_error_mode="thread_local")
+        graph.capture_begin(pool=pool_id, capture_error_mode=error_mode)
         try:
             yield
         finally:

@@ -78,7 +78,10 @@ class EmulatedBackend:
     def new_pool(self, device: torch.device) -> PoolHandle:
         return PoolHandle(torch.device("cpu"))
 
-    def capture(self, pool: PoolHandle, body: Body) -> tuple[Graph, list[Any]]:
+    def capture(
+        self, pool: PoolHandle, body: Body, error_mode: str = "thread_local"
+    ) -> tuple[Graph, list[Any]]:
+        # error_mode: the CPU has no capture that another thread's call could invalidate.
         arena = state_of(pool).arena
         assert arena is not None, "an emulated graph needs a CPU pool"
         blocks: list[int] = []

@@ -39,9 +39,11 @@ class Family(Protocol):
     def has_checkpoint_hooks(self) -> bool: ...
     def drop_library_workspaces(self) -> None: ...
     def legacy_graph(self) -> Any: ...
-    def legacy_context(self, graph: Any, pool_id: Any, stream: Any) -> Any: ...
+    def legacy_context(self, graph: Any, pool_id: Any, stream: Any, error_mode: str) -> Any: ...
     def current_stream(self, device: torch.device) -> Any: ...
-    def abandon_capture(self, index: int, pool_id: Any, stream: Any) -> None: ...
+    def set_stream(self, stream: Any) -> None: ...
+    def end_allocate_to_pool(self, index: int, pool_id: Any) -> bool: ...
+    def release_pool(self, index: int, pool_id: Any) -> None: ...
 
 
 class _DeviceGraph:
@@ -71,12 +73,17 @@ class DeviceBackend:
         return PoolHandle(device, native=self._family.pool_id())
 
     @contextlib.contextmanager
-    def _capturing(self, pool: PoolHandle, graph_out: list[Any]) -> Iterator[None]:
+    def _capturing(
+        self, pool: PoolHandle, graph_out: list[Any], error_mode: str = "thread_local"
+    ) -> Iterator[None]:
         state = state_of(pool)
         if self._accelerator_graph:
             if state.stream is None:
                 state.stream = torch.Stream(device=pool.device)
-            graph = torch.accelerator.Graph(pool=state.native, capture_error_mode="thread_local")
+            graph = torch.accelerator.Graph(
+                pool=state.native,
+                capture_error_mode=error_mode,  # type: ignore[arg-type]  # a checked option
+            )
             graph_out.append(graph)
             # accelerator.Graph captures on the current stream; the pool's own stream keeps the
             # caching allocator's segments reusable by the next capture. Not `with graph`: see
@@ -92,7 +99,7 @@ class DeviceBackend:
                 state.stream = self._family.stream(pool.device)
             graph = self._family.legacy_graph()
             graph_out.append(graph)
-            with self._family.legacy_context(graph, state.native, state.stream):
+            with self._family.legacy_context(graph, state.native, state.stream, error_mode):
                 yield
 
     # [Note: what a capture pays]
@@ -104,14 +111,20 @@ class DeviceBackend:
     # cache; and its replays are queued on the caller's stream behind whatever the caller queued
     # before. What they cost is a device-wide wait and a free of every cached segment per capture
     # (which the next eager allocations then take from the driver again), paid once per shape and
-    # once per piece of a split graph. So captures call `capture_begin` / `capture_end` directly,
-    # as vLLM does for all but its first capture. The price: a capture close to the device's
+    # once per piece of a split graph (vLLM skips the emptying for all but its first capture for
+    # that reason). So captures call `capture_begin` / `capture_end` directly, and end the capture
+    # on the way out whatever happened inside, as the context managers do. The price: a capture
+    # close to the device's
     # memory limit cannot count on the memory other pools cache being handed back to the driver
     # first (the allocator does not free cached segments while a capture is under way).
     # Pool bytes are read from the allocator's snapshot only when asked for (`PoolState.nbytes`),
     # never during a capture.
 
-    def capture(self, pool: PoolHandle, body: Body) -> tuple[Graph, list[Any]]:
+    def capture(
+        self, pool: PoolHandle, body: Body, error_mode: str = "thread_local"
+    ) -> tuple[Graph, list[Any]]:
+        # The pool's first graph: an empty capture that holds the pool for the handle's life.
+        self._keep_alive(pool)
         made: list[Any] = []
         before = self._family.reserved(pool.device)
 
@@ -127,19 +140,42 @@ class DeviceBackend:
         self._family.drop_library_workspaces()
         stream = self._family.current_stream(pool.device)
         try:
-            with torch.no_grad(), self._capturing(pool, made):
+            with torch.no_grad(), self._capturing(pool, made, error_mode):
                 leaves, _rerun, _inputs = body(static_like)
         except BaseException:
-            # A failed capture leaves the pool unusable for further captures: restore the
-            # caller's stream, stop allocating to the pool, and let the runner take a new pool.
-            state = state_of(pool)
-            self._family.abandon_capture(device_index(pool.device), state.native, stream)
-            state.mark_broken()
+            self._abandon(pool, made[0] if made else None, stream)
             raise
         finally:
             self._family.drop_library_workspaces()
         self._measure(pool, before)
         return _DeviceGraph(made[0]), leaves
+
+    def _abandon(self, pool: PoolHandle, graph: Any, caller_stream: Any) -> None:
+        """Leave a capture that raised with the stream, the allocator and the pool consistent.
+
+        [Note: the pool's use count] ``capture_begin`` takes one use of the pool and routes the
+        thread's allocations to it; ``capture_end`` stops the routing, and the graph gives its
+        use back when it is reset or destroyed, but only if its capture ended. So a failure has
+        two cases. The body raised and the capture still ended (the graph context ends it on the
+        way out): the graph owns its use, and giving it back here too would underflow the count
+        (``TORCH_INTERNAL_ASSERT`` in the graph's destructor aborts the process). The capture
+        did not end (``capture_end`` refused, e.g. because another stream was current, or
+        failed): routing is still on and nobody gives the use back, so this does, once.
+        """
+        state = state_of(pool)
+        index = device_index(pool.device)
+        if graph is not None and not _capture_ended(graph) and state.stream is not None:
+            # capture_end refused to end on another stream than the capture's, or never ran:
+            # end it on its own stream, so that stream (and its thread) leaves capture mode.
+            with contextlib.suppress(RuntimeError):
+                self._family.set_stream(state.stream)
+                graph.capture_end()
+        self._family.set_stream(caller_stream)
+        if self._family.end_allocate_to_pool(index, state.native):
+            # The capture never ended cleanly: give capture_begin's use back, and capture
+            # nothing more into this pool (what the failure left in it is not known).
+            self._family.release_pool(index, state.native)
+            state.mark_broken()
 
     def _measure(self, pool: PoolHandle, reserved_before: int) -> None:
         """Keep what the pool's byte count needs after a capture into it (a cheap read)."""
@@ -166,11 +202,17 @@ class DeviceBackend:
         except Exception:
             return None
 
-    def checkpoint(self, pool: PoolHandle) -> bool:
-        if not self._family.has_checkpoint_hooks():
-            return False
-        # An empty capture creates the private pool; the graph is kept so the pool outlives the
-        # runner's graphs, and the state after it is the rewind target.
+    def _keep_alive(self, pool: PoolHandle) -> None:
+        """Capture one empty graph into ``pool`` and keep it while the handle lives.
+
+        Every graph of a pool holds one use of it (see [Note: the pool's use count]); when the
+        last graph is reset while an output still lives in the pool, the count reaches zero and
+        the pool stays registered, and the allocator asserts on the next capture into that pool
+        id. The empty graph keeps the count above zero until the handle itself goes.
+        """
+        state = state_of(pool)
+        if state.keepalive:
+            return
         made: list[Any] = []
         before = self._family.reserved(pool.device)
         with warnings.catch_warnings():
@@ -180,9 +222,15 @@ class DeviceBackend:
             warnings.filterwarnings("ignore", r"The \w+ Graph is empty", UserWarning)
             with self._capturing(pool, made):
                 pass
-        state = state_of(pool)
         state.keepalive.extend(made)
         self._measure(pool, before)
+
+    def checkpoint(self, pool: PoolHandle) -> bool:
+        if not self._family.has_checkpoint_hooks():
+            return False
+        # The empty capture creates the private pool; the state after it is the rewind target.
+        self._keep_alive(pool)
+        state = state_of(pool)
         state.save_checkpoint(self._family.get_state(device_index(pool.device), state.native))
         return True
 
@@ -201,6 +249,15 @@ class DeviceBackend:
         self._family.set_state(index, state.checkpoint, stale)
         state.rewound()
         return True
+
+
+def _capture_ended(graph: Any) -> bool:
+    """Whether ``graph``'s capture ended (its ``pool()`` refuses to answer before that)."""
+    try:
+        graph.pool()
+    except RuntimeError:
+        return False
+    return True
 
 
 def device_index(device: torch.device) -> int:

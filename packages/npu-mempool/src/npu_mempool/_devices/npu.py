@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 from typing import Any
 
@@ -56,20 +55,38 @@ class Npu:
     def legacy_graph(self) -> Any:
         return _torch_npu().npu.NPUGraph()
 
-    def legacy_context(self, graph: Any, pool_id: Any, stream: Any) -> Any:
-        return _torch_npu().npu.graph(graph, pool=pool_id, stream=stream)
+    def legacy_context(self, graph: Any, pool_id: Any, stream: Any, error_mode: str) -> Any:
+        return _torch_npu().npu.graph(
+            graph, pool=pool_id, stream=stream, capture_error_mode=error_mode
+        )
 
     def current_stream(self, device: torch.device) -> Any:
         return _torch_npu().npu.current_stream(device)
 
-    def abandon_capture(self, index: int, pool_id: Any, stream: Any) -> None:
-        npu = _torch_npu()
-        npu.npu.set_stream(stream)
-        for hook in ("_npu_endAllocateToPool", "_npu_releasePool"):
-            call = getattr(getattr(npu, "_C", None), hook, None)
-            if call is not None:
-                with contextlib.suppress(RuntimeError):
-                    call(index, pool_id)
+    def set_stream(self, stream: Any) -> None:
+        _torch_npu().npu.set_stream(stream)
+
+    def end_allocate_to_pool(self, index: int, pool_id: Any) -> bool:
+        # Refused once capture_end has stopped the routing itself (see native._abandon).
+        c = getattr(_torch_npu(), "_C", None)
+        # torch_npu 2.11 and 2.12 (the releases without torch.accelerator.Graph support) call the
+        # hook by torch's old name, _npu_endAllocateCurrentStreamToPool: same arguments, same
+        # allocator call. Without it the allocator keeps routing allocations to the pool.
+        end = getattr(c, "_npu_endAllocateToPool", None) or getattr(
+            c, "_npu_endAllocateCurrentStreamToPool", None
+        )
+        if end is None:
+            return False
+        try:
+            end(index, pool_id)
+        except RuntimeError:
+            return False
+        return True
+
+    def release_pool(self, index: int, pool_id: Any) -> None:
+        release = getattr(getattr(_torch_npu(), "_C", None), "_npu_releasePool", None)
+        if release is not None:
+            release(index, pool_id)
 
 
 def _registers_accelerator_graph() -> bool:
