@@ -1,7 +1,8 @@
 """Root pytest configuration: fixtures shared by every package's tests and docstring examples.
 
 Skips ``device``-marked tests without an accelerator; runs each docstring example in a temporary
-directory; offers fresh Dynamo and tagged-event state, and the CLI checks.
+directory; offers fresh Dynamo and tagged-event state, the CLI checks, and the capture counts a
+device's warm-up need implies (``warmup_calls``, ``graph_counts``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,56 @@ def _doctest_in_tmp_dir(request: pytest.FixtureRequest) -> None:
     if isinstance(request.node, pytest.DoctestItem):
         tmp_path = request.getfixturevalue("tmp_path")
         request.getfixturevalue("monkeypatch").chdir(tmp_path)
+
+
+def _warmup_calls(device: Any) -> int:
+    """Eager calls a new graph key gets on ``device`` before its capture: the device's need.
+
+    CUDA libraries initialise on first use, which must not happen inside a capture, so a runner
+    there calls each new key once eagerly first; the CPU emulation and NPUs capture at once.
+    Measured through a runner's counters, as users see it, rather than assumed.
+    """
+    import npu_mempool
+    import torch
+
+    runner = npu_mempool.GraphRunner(lambda x: x + 1, name="warm-up probe")
+    x = torch.zeros(1, device=device)
+    for _ in range(8):
+        runner(x)
+        if runner.counters.captures:
+            return int(runner.counters.eager_calls)
+    raise AssertionError(f"a runner on {device} captured nothing in 8 calls: {runner.counters}")
+
+
+@pytest.fixture
+def warmup_calls() -> Callable[[Any], int]:
+    """``warmup_calls(device)``: eager calls per new graph key before its capture there."""
+    return _warmup_calls
+
+
+def _graph_counts(keys: Sequence[object], warmup: int) -> dict[str, int]:
+    """Captures, replays and eager calls of one runner called with graph ``keys`` in turn.
+
+    Each new key runs ``warmup`` times eagerly, is captured on the next call, and replays on
+    every call after that; no output is held across calls (one call path).
+    """
+    calls: dict[object, int] = {}
+    counts = {"captures": 0, "replays": 0, "eager_calls": 0}
+    for key in keys:
+        calls[key] = calls.get(key, 0) + 1
+        if calls[key] <= warmup:
+            counts["eager_calls"] += 1
+        elif calls[key] == warmup + 1:
+            counts["captures"] += 1
+        else:
+            counts["replays"] += 1
+    return counts
+
+
+@pytest.fixture
+def graph_counts() -> Callable[[Sequence[object], int], dict[str, int]]:
+    """``graph_counts(keys, warmup)``: the counter moves of a runner called with ``keys``."""
+    return _graph_counts
 
 
 @pytest.fixture

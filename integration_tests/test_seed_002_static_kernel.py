@@ -8,6 +8,7 @@ CPU/CUDA) that is then captured; numbers must equal eager.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import npu_compile
@@ -26,7 +27,10 @@ class Model(torch.nn.Module):
 
 
 def test_seed_002_static_kernels_record_build_and_match_eager(
-    device: torch.device, tmp_path: Path
+    device: torch.device,
+    tmp_path: Path,
+    warmup_calls: Callable[[torch.device], int],
+    graph_counts: Callable[[Sequence[object], int], dict[str, int]],
 ) -> None:
     config = npu_compile.CompilerConfig()
     config.mode = "reduce-overhead"
@@ -35,8 +39,11 @@ def test_seed_002_static_kernels_record_build_and_match_eager(
     npu_backend = npu_compile.get_npu_backend(compiler_config=config)
     model = Model().to(device)
     opt_model = torch.compile(model, backend=npu_backend, dynamic=True)
-    with torch.no_grad(), npu_mempool.counters.expect(captures=2, replays=2):
-        for n in (2, 3, 2, 3):
+    sizes = (2, 3, 2, 3)
+    # One graph per size, captured after the device's warm-up calls (CPU: 2 and 2 replays).
+    counts = graph_counts(sizes, warmup_calls(device))
+    with torch.no_grad(), npu_mempool.counters.expect(**counts):
+        for n in sizes:
             x = torch.randn(n, 8, device=device)
             torch.testing.assert_close(opt_model(x), model(x))
 

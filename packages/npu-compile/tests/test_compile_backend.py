@@ -1,4 +1,5 @@
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import npu_compile
@@ -295,11 +296,14 @@ def test_public_facade_names() -> None:
 
 
 @pytest.mark.device
-def test_demo_decoder_on_the_accelerator_matches_eager() -> None:
+def test_demo_decoder_on_the_accelerator_matches_eager(
+    warmup_calls: Callable[[torch.device], int],
+) -> None:
     from npu_compile._cli.demo_model import DemoConfig, TinyDecoder, greedy_generate
     from npu_compile._cli.device import best_device
 
     device = best_device()
+    warmup = warmup_calls(device)  # eager calls per new graph before its capture (CUDA: 1)
     model = TinyDecoder(DemoConfig(layers=2, dim=64)).to(device).eval()
     prompt = model.prompt()
     expected, _ = greedy_generate(model, model, prompt, 8)
@@ -308,11 +312,23 @@ def test_demo_decoder_on_the_accelerator_matches_eager() -> None:
     got, _ = greedy_generate(model, compiled, prompt, 8)
     assert torch.equal(got, expected)
     assert backend.stats.fallbacks == []
-    # Prefill runs once: on CUDA that call is the warm-up before a capture (cuBLAS initialises
-    # lazily), so only the decode graph is captured there.
-    expected_captures = 1 if device.type == "cuda" else 2
-    assert sum(runner.counters.captures for runner in backend.stats.runners) == expected_captures
-    assert sum(runner.counters.replays for runner in backend.stats.runners) >= 5
+    runners = backend.stats.runners
+    counts = {
+        name: sum(getattr(runner.counters, name) for runner in runners)
+        for name in ("captures", "replays", "eager_calls")
+    }
+    # One prefill call, then seven decode steps: each of the two graphs runs eagerly first where
+    # the device needs a warm-up call (on CUDA the prefill is never captured).
+    assert counts["eager_calls"] == min(1, warmup) + min(7, warmup), counts
+    # The loop holds the previous step's logits while it calls the next step: without a step
+    # boundary that call takes a second call path, with one it reuses the first. Either way each
+    # graph is captured once per call path it uses, and every other call replays.
+    for runner in runners:
+        assert runner.num_paths <= 2, runner.name
+        if runner.counters.captures:
+            assert runner.counters.captures == runner.num_paths, runner.name
+    assert sum(counts.values()) == 8, counts
+    assert counts["replays"] >= 7 - warmup - 2, counts
 
 
 def test_graph_break_inside_a_stream_scope_is_an_error() -> None:

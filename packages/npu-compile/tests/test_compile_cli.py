@@ -159,6 +159,30 @@ def test_decode_bench_flags_a_variant_that_fell_back(monkeypatch: pytest.MonkeyP
     assert "test says no" in ours.note
 
 
+def test_decode_bench_checks_every_variant_against_eager() -> None:
+    from npu_compile._cli.demo_model import DemoConfig
+
+    report = _bench.decode_step_bench(
+        torch.device("cpu"), steps=1, config=DemoConfig(layers=1, dim=32)
+    )
+    eager, ours = report.rows[:2]
+    assert eager.matches_eager is True
+    assert eager.max_abs_diff == 0.0
+    assert ours.matches_eager is True, ours
+    assert ours.max_abs_diff is not None
+    assert ours.max_abs_diff < 1e-4
+    # torch's own CUDA-graph variants are skipped on CPU; nothing counted a skipped graph.
+    assert [row.cudagraph_skips for row in report.rows[:2]] == [0, 0]
+    assert all(row.matches_eager is None for row in report.rows[2:])
+
+
+def test_a_variant_that_computes_something_else_is_flagged() -> None:
+    expected = torch.tensor([[[0.0, 1.0, 2.0]]])
+    assert _bench._compare(expected.clone(), expected)["matches_eager"] is True
+    other = _bench._compare(expected.flip(-1), expected)  # another greedy token
+    assert other == {"matches_eager": False, "max_abs_diff": 2.0}
+
+
 def test_diagnose_json_trace_and_a_user_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

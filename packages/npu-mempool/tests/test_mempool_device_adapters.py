@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from npu_mempool import CaptureOptions, GraphRunner, InputKind, _devices
+from npu_mempool import CaptureOptions, GraphRunner, InputKind, _devices, _trace
 from npu_mempool._devices import emulated
 from npu_mempool._pool import state_of
 
@@ -305,15 +305,21 @@ class FakeCudaGraphApi:
         api = self
 
         class Graph(FakeGraph):
-            def __init__(self, keep_graph: bool = False, *, pool: Any = None, **kw: Any) -> None:
+            # torch.accelerator.Graph takes its pool and mode when made, torch.cuda.CUDAGraph at
+            # capture_begin; both are recorded as ("capture_begin", pool, mode).
+            def __init__(
+                self, keep_graph: bool = False, *, pool: Any = None, capture_error_mode: str = ""
+            ) -> None:
                 super().__init__(api.log)
                 self.pool_id = pool
+                self.mode = capture_error_mode
                 api.graphs.append(self)
 
-            def __enter__(self) -> None:
-                api.log.append(("accelerator.Graph", self.pool_id))
+            def capture_begin(self, pool: Any = None, capture_error_mode: str = "") -> None:
+                self.pool_id = pool or self.pool_id
+                api.log.append(("capture_begin", self.pool_id, capture_error_mode or self.mode))
 
-            def __exit__(self, *exc: object) -> None:
+            def capture_end(self) -> None:
                 self.captured = True
                 api.segments.append({"segment_pool_id": self.pool_id, "total_size": 2 << 20})
 
@@ -328,21 +334,30 @@ class FakeCudaGraphApi:
                 pass
 
         @contextlib.contextmanager
-        def legacy(g: Graph, pool: Any = None, stream: Any = None, **kw: Any) -> Iterator[None]:
-            api.log.append(("cuda.graph", pool, kw.get("capture_error_mode")))
+        def stream_context(stream: Any) -> Iterator[None]:
+            api.log.append(("stream",))
             yield
-            g.captured = True
-            api.segments.append({"segment_pool_id": pool, "total_size": 2 << 20})
+
+        def snapshot() -> list[dict[str, Any]]:
+            api.log.append(("memory_snapshot",))
+            return list(api.segments)
+
+        def costly(name: str) -> Callable[..., None]:
+            return lambda *args, **kwargs: api.log.append((name,))
 
         monkeypatch.setattr(torch.accelerator, "Graph", Graph, raising=False)
         monkeypatch.setattr(torch, "Stream", Stream)
         monkeypatch.setattr(torch.cuda, "Stream", Stream)
         monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: Graph())
-        monkeypatch.setattr(torch.cuda, "graph", legacy)
+        monkeypatch.setattr(torch.cuda, "stream", stream_context)
         monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (3, 1))
         monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "caller-stream")
         monkeypatch.setattr(torch.cuda, "set_stream", lambda s: api.log.append(("set_stream", s)))
-        monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: list(api.segments))
+        monkeypatch.setattr(torch.cuda, "memory_snapshot", snapshot)
+        # What torch's capture context managers pay before every capture; the adapter must not.
+        for module in (torch.cuda, torch.accelerator):
+            for name in ("synchronize", "empty_cache"):
+                monkeypatch.setattr(module, name, costly(name), raising=False)
         monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
         monkeypatch.setattr(
             torch._C, "_cuda_getCheckpointState", lambda i, p: ("state", p), raising=False
@@ -376,13 +391,11 @@ def test_cuda_adapter_contract(
     runner = GraphRunner(lambda x: x * 2, options=CaptureOptions(warmup_runs=0))
     runner(torch.ones(4))
     runner(torch.ones(8))
-    entered = [entry for entry in api.log if entry[0] in ("accelerator.Graph", "cuda.graph")]
+    entered = [entry for entry in api.log if entry[0] == "capture_begin"]
     assert len(entered) == 3  # the empty capture that creates the pool, then two shapes
-    if accelerator_graph:
-        assert all(entry == ("accelerator.Graph", (3, 1)) for entry in entered)
-        assert api.log.count(("stream",)) == 3  # each capture runs on the pool's own stream
-    else:
-        assert all(entry == ("cuda.graph", (3, 1), "thread_local") for entry in entered)
+    assert all(entry == ("capture_begin", (3, 1), "thread_local") for entry in entered)
+    assert api.log.count(("stream",)) == 3  # each capture runs on the pool's own stream
+    assert all(g.captured for g in api.graphs)  # every capture was ended
     assert ("check", 2) in api.log
     assert api.log.index(("check", 2)) < api.log.index(("set", ("state", (3, 1)), 2))
     # Pool bytes are the allocator segments owned by this pool.
@@ -478,6 +491,31 @@ def test_cuda_drops_the_cublas_workspaces(monkeypatch: pytest.MonkeyPatch) -> No
     )
     _devices.Cuda().drop_library_workspaces()
     assert calls == [True]
+
+
+@pytest.mark.parametrize("accelerator_graph", [True, False])
+def test_a_cuda_capture_pays_no_device_sync_cache_emptying_or_snapshot(
+    monkeypatch: pytest.MonkeyPatch, route_cpu: Route, accelerator_graph: bool
+) -> None:
+    # torch's capture context managers synchronize the device and empty its caches before every
+    # capture, and a snapshot of the whole allocator measured each pool after it: none of it is
+    # needed for a correct capture (native.py, [Note: what a capture pays]). The pool's bytes are
+    # read from the allocator when asked for, and still exact.
+    api = FakeCudaGraphApi(monkeypatch)
+    backend = _devices.DeviceBackend(_devices.Cuda(), accelerator_graph=accelerator_graph)
+    route_cpu(backend)
+    # As when no structured trace is written (TORCH_TRACE unset): torch builds each trace event,
+    # pool bytes included, whenever its trace logger may have somewhere to write it.
+    monkeypatch.setattr(_trace, "trace_capture", lambda record: None)
+    runner = GraphRunner(lambda x: x * 2, options=CaptureOptions(warmup_runs=0))
+    for n in (4, 8, 4, 16):  # a fake graph computes nothing: only the calls are checked
+        runner(torch.ones(n))
+    assert runner.counters.captures == 3
+    paid = [entry for entry in api.log if entry[0] in ("synchronize", "empty_cache")]
+    assert paid == []
+    assert ("memory_snapshot",) not in api.log
+    assert runner.counters.pool_bytes == 4 * (2 << 20)  # the checkpoint capture and three shapes
+    assert api.log.count(("memory_snapshot",)) == 1
 
 
 def test_empty_and_host_outputs_are_not_pool_memory_for_the_rewind_check(

@@ -87,8 +87,16 @@ def test_four_shapes_with_reuse_hold_about_the_largest(device: torch.device) -> 
     assert shared <= 1.25 * largest, (shared, largest)
 
 
-def test_four_shapes_without_reuse_hold_about_the_sum(device: torch.device) -> None:
+def test_four_shapes_without_reuse_keep_every_shape_and_no_more_than_apart(
+    device: torch.device,
+) -> None:
     off = CaptureOptions(reuse_pool_across_shapes=False, warmup_runs=0)
     singles = sum(_pool_bytes(off, (n,), device) for n in ROWS)
     together = _pool_bytes(off, ROWS, device)
-    assert 0.8 * singles <= together <= 1.25 * singles, (together, singles)
+    # Without reuse no capture rewinds the pool over an earlier graph: the static input and
+    # output of every shape stay allocated at once, so the pool holds at least those. What each
+    # graph frees after its capture (its intermediates, the cuBLAS workspace) a real caching
+    # allocator hands to the next capture in the same pool, so the four together may take well
+    # under the sum of each captured alone, never much more.
+    static = sum(2 * n * WIDTH * 4 for n in ROWS)  # float32 input and output per shape
+    assert static <= together <= 1.25 * singles, (static, together, singles)

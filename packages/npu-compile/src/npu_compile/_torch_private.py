@@ -230,6 +230,12 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "the demo and bench commands compile each variant from scratch",
     ),
     PrivateApi(
+        "torch._dynamo.utils.counters",
+        "Dynamo",
+        "bench records torch's cudagraph_skips count for each decode-step variant",
+        optional="the bench report leaves the skip count out",
+    ),
+    PrivateApi(
         "torch._dynamo.config.debug_dir_root",
         "Dynamo",
         "_logs writes captured graphs into TORCH_COMPILE_DEBUG's directory",

@@ -74,7 +74,7 @@ class Counters:
 
     @property
     def pool_bytes(self) -> int:
-        """Bytes held by graph pools: arena high-water mark on CPU, allocator growth on devices."""
+        """Bytes held by graph pools: arena high-water mark on CPU, pool segments on devices."""
         return self._pool_bytes() if self._pool_bytes is not None else 0
 
     def snapshot(self) -> dict[str, Any]:

@@ -152,6 +152,9 @@ class PoolState:
         self.stream: Any = None
         self.keepalive: list[Any] = []
         self.grown = 0
+        # Reads the pool's exact bytes from the allocator (None where it cannot tell); set by the
+        # device backend at the first capture, called only when the bytes are asked for.
+        self.measure: Callable[[], int | None] | None = None
         # No native pool id means an emulated pool: a CPU byte arena.
         self.arena = _Arena() if native is None else None
         # Held by every runner that captures into this pool while it picks a graph, replays it
@@ -251,8 +254,15 @@ class PoolState:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the pool holds: the arena high-water mark on CPU, allocator growth on a device."""
-        return self.arena.high_water if self.arena is not None else self.grown
+        """Bytes the pool holds: the arena high-water mark on CPU, its segments on a device.
+
+        On a device, the segments the allocator holds for the pool, read now; where the allocator
+        cannot list them, what the device's reserved memory grew by during the captures.
+        """
+        if self.arena is not None:
+            return self.arena.high_water
+        exact = self.measure() if self.measure is not None else None
+        return self.grown if exact is None else exact
 
 
 class PoolHandle:
@@ -272,7 +282,7 @@ class PoolHandle:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the pool holds: the arena high-water mark on CPU, allocator growth on a device."""
+        """Bytes the pool holds: arena high-water mark on CPU, allocator segments on a device."""
         return self._state.nbytes
 
     def __repr__(self) -> str:

@@ -55,14 +55,15 @@ def report_capture(
     ``reason`` is ``None`` for a new key; ``graphs_before`` counts the graphs held before this
     one; ``pool_bytes`` reads the size of the pool it was captured into.
     """
-    log.info(
-        "GraphRunner %r: captured a graph in %.3f s (%s), %d graph(s), pool %s",
-        name,
-        seconds,
-        reason or "new key",
-        graphs_before + 1,
-        _size(pool_bytes()),
-    )
+    if log.isEnabledFor(logging.INFO):  # reading the pool's bytes asks the allocator
+        log.info(
+            "GraphRunner %r: captured a graph in %.3f s (%s), %d graph(s), pool %s",
+            name,
+            seconds,
+            reason or "new key",
+            graphs_before + 1,
+            _size(pool_bytes()),
+        )
     log.debug("GraphRunner %r: key %r on call path %d", name, key, call_path)
     trace_capture(
         lambda: {

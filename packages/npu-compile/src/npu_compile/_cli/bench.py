@@ -50,11 +50,20 @@ class BenchRow:
         name: Variant name.
         us_per_call: Best-round microseconds per call, ``None`` when skipped or failed.
         note: Why it was skipped, or extra detail.
+        matches_eager: Whether the variant's output equals eager's (within 1e-3, and the same
+            greedy tokens); ``None`` where it was not checked.
+        max_abs_diff: Largest absolute difference from eager's output.
+        cudagraph_skips: Graphs torch's own CUDA-graph paths left uncaptured while the variant
+            compiled and ran (torch's ``cudagraph_skips`` counter); such a graph runs without a
+            CUDA graph, so its time is not a graph replay's.
     """
 
     name: str
     us_per_call: float | None
     note: str = ""
+    matches_eager: bool | None = None
+    max_abs_diff: float | None = None
+    cudagraph_skips: int | None = None
 
 
 @dataclass
@@ -170,19 +179,33 @@ def _decode_step_bench(
     model = TinyDecoder(config).to(device).eval()
     prompt = model.prompt()
     token = prompt[:, :1].contiguous()
-    # A fixed position: every step writes the same cache slot, so the step can repeat forever.
+    # A fixed position: every step writes the same cache slot, so the step can repeat forever
+    # (and gives the same logits every time: what each variant is checked against).
     position = torch.full((1,), prompt.shape[1], dtype=torch.long, device=device)
+    with torch.no_grad():
+        expected = model(token, position).clone()
     rows: list[BenchRow] = []
 
     def measure(name: str, fn: Callable[..., Any], note: str = "") -> None:
         _note(progress, f"decode step: {name}")
         torch._dynamo.reset()
+        skips = _cudagraph_skips()
         try:
             with torch.no_grad():
                 us = _time_steps(lambda: fn(token, position), device, steps, warmup=3)
-            rows.append(BenchRow(name, us, note))
+                # A fast variant that computes something else is no result: check it too.
+                row = BenchRow(name, us, note, **_compare(fn(token, position), expected))
+            if row.matches_eager is False:
+                row.note = f"DIFFERS from eager (max |diff| {row.max_abs_diff:.3g}) {note}".strip()
         except Exception as error:  # a variant that fails must not hide the others
-            rows.append(BenchRow(name, None, f"failed: {type(error).__name__}: {error}"[:160]))
+            row = BenchRow(name, None, f"failed: {type(error).__name__}: {error}"[:160])
+        after = _cudagraph_skips()
+        if skips is not None and after is not None:
+            row.cudagraph_skips = after - skips
+            if row.cudagraph_skips:
+                skipped = f"torch skipped CUDA graphs for {row.cudagraph_skips} graph(s)"
+                row.note = f"{row.note} {skipped}".strip()
+        rows.append(row)
 
     measure("eager", model)
     backend = get_npu_backend()
@@ -216,6 +239,23 @@ def _decode_step_bench(
         extra["speedup (eager / npu_compile)"] = round(eager / ours, 3)
     environment = _environment(device, torch.get_num_threads())
     return BenchReport("decode step (demo model)", str(device), rows, extra, environment)
+
+
+def _compare(got: torch.Tensor, expected: torch.Tensor) -> dict[str, Any]:
+    """How far ``got`` (a variant's logits) is from eager's; read before the next call."""
+    difference = (got.float() - expected.float()).abs().max().item()
+    same_tokens = torch.equal(got.argmax(dim=-1), expected.argmax(dim=-1))
+    close = torch.allclose(got.float(), expected.float(), rtol=1e-3, atol=1e-3)
+    return {"matches_eager": bool(close and same_tokens), "max_abs_diff": float(difference)}
+
+
+def _cudagraph_skips() -> int | None:
+    """The graphs torch's CUDA-graph paths did not capture so far (``None``: not available)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return None
+    return int(counters["inductor"]["cudagraph_skips"])
 
 
 class _TinyMLP(torch.nn.Module):

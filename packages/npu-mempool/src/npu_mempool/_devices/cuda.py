@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -61,7 +63,7 @@ class Cuda:
         return torch.cuda.CUDAGraph()
 
     def legacy_context(self, graph: Any, pool_id: Any, stream: Any, error_mode: str) -> Any:
-        return torch.cuda.graph(graph, pool=pool_id, stream=stream, capture_error_mode=error_mode)
+        return _recording(graph, pool_id, stream, error_mode)
 
     def current_stream(self, device: torch.device) -> Any:
         return torch.cuda.current_stream(device)
@@ -84,6 +86,23 @@ class Cuda:
         release = getattr(torch._C, "_cuda_releasePool", None)
         if release is not None:
             release(index, pool_id)
+
+
+@contextlib.contextmanager
+def _recording(graph: Any, pool_id: Any, stream: Any, error_mode: str) -> Iterator[None]:
+    """What ``torch.cuda.graph(graph, pool=..., stream=..., capture_error_mode=...)`` does.
+
+    Less its device-wide sync and cache emptying (see [Note: what a capture pays] in
+    ``native``). The capture ends on the way out whatever happened inside, as with
+    ``torch.cuda.graph``; the caller's stream is current again even when ending the capture
+    raised (``native``'s ``_abandon`` then ends it on its own stream).
+    """
+    with torch.cuda.stream(stream):
+        graph.capture_begin(pool=pool_id, capture_error_mode=error_mode)
+        try:
+            yield
+        finally:
+            graph.capture_end()
 
 
 def _backend() -> GraphBackend:

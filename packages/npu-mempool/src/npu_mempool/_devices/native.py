@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -85,9 +86,14 @@ class DeviceBackend:
             )
             graph_out.append(graph)
             # accelerator.Graph captures on the current stream; the pool's own stream keeps the
-            # caching allocator's segments reusable by the next capture.
-            with state.stream, graph:
-                yield
+            # caching allocator's segments reusable by the next capture. Not `with graph`: see
+            # [Note: what a capture pays].
+            with state.stream:
+                graph.capture_begin()
+                try:
+                    yield
+                finally:
+                    graph.capture_end()
         else:
             if state.stream is None:
                 state.stream = self._family.stream(pool.device)
@@ -95,6 +101,24 @@ class DeviceBackend:
             graph_out.append(graph)
             with self._family.legacy_context(graph, state.native, state.stream, error_mode):
                 yield
+
+    # [Note: what a capture pays]
+    # torch's capture context managers (`with torch.accelerator.Graph()`, `torch.cuda.graph`)
+    # synchronize the device and empty the allocator's caches (device and pinned host) before
+    # every capture, "to free as much memory as we can for the graph". Neither is needed for a
+    # correct capture: a capture records work without running it, so nothing queued before it
+    # can race with it; it allocates from its own private pool, not from blocks other pools
+    # cache; and its replays are queued on the caller's stream behind whatever the caller queued
+    # before. What they cost is a device-wide wait and a free of every cached segment per capture
+    # (which the next eager allocations then take from the driver again), paid once per shape and
+    # once per piece of a split graph (vLLM skips the emptying for all but its first capture for
+    # that reason). So captures call `capture_begin` / `capture_end` directly, and end the capture
+    # on the way out whatever happened inside, as the context managers do. The price: a capture
+    # close to the device's
+    # memory limit cannot count on the memory other pools cache being handed back to the driver
+    # first (the allocator does not free cached segments while a capture is under way).
+    # Pool bytes are read from the allocator's snapshot only when asked for (`PoolState.nbytes`),
+    # never during a capture.
 
     def capture(
         self, pool: PoolHandle, body: Body, error_mode: str = "thread_local"
@@ -154,20 +178,29 @@ class DeviceBackend:
             state.mark_broken()
 
     def _measure(self, pool: PoolHandle, reserved_before: int) -> None:
-        """Update the pool's byte count after a capture into it."""
+        """Keep what the pool's byte count needs after a capture into it (a cheap read)."""
         state = state_of(pool)
+        # The estimate, for where the allocator cannot list the pool's segments: what the
+        # device's reserved memory grew by during the capture.
+        state.grown += max(0, self._family.reserved(pool.device) - reserved_before)
+        if state.measure is None:
+            state.measure = functools.partial(self._segment_bytes, state.native)
+
+    def _segment_bytes(self, native: Any) -> int | None:
+        """The bytes of the segments the allocator holds for pool ``native``; ``None``: unknown.
+
+        Exact, but a snapshot of the whole allocator: read when someone asks for the pool's
+        bytes, never during a capture.
+        """
         try:
-            # Exact: the segments the allocator holds for this pool.
-            wanted = tuple(state.native)
-            state.grown = sum(
+            wanted = tuple(native)
+            return sum(
                 int(segment["total_size"])
                 for segment in self._family.snapshot()
                 if tuple(segment.get("segment_pool_id", ())) == wanted
             )
         except Exception:
-            # Approximate: what the device's reserved memory grew by during the capture.
-            grown = self._family.reserved(pool.device) - reserved_before
-            state.grown += max(0, grown)
+            return None
 
     def _keep_alive(self, pool: PoolHandle) -> None:
         """Capture one empty graph into ``pool`` and keep it while the handle lives.

@@ -1,0 +1,910 @@
+"""The big questions of a device run, answered first: does capture and replay give eager's numbers?
+
+Each check is isolated, so one failure never hides the others, and its outcome is written to
+``smoke.json`` as soon as it ends (a run cut short keeps what it found, and names the check that
+was running). In order:
+
+- ``environment``: versions, the graph implementation, the allocator hooks torch offers, and the
+  device's warm-up need (eager calls per new graph key before its capture), measured;
+- ``raw_graph``: a plain ``torch.cuda.CUDAGraph`` capture and replay, the baseline that the
+  machine itself works (CUDA only);
+- ``replay_equals_eager``: a ``GraphRunner`` over several shapes, with the counts of captures,
+  replays and warm-up calls the warm-up need implies;
+- ``mutated_kv_cache``: a cache written in place at a position (a MUTATED input);
+- ``pool_bytes``: pool memory with and without reuse across shapes, against each graph alone and
+  against the static buffers every shape keeps, with the bounds the device tests assert;
+- ``held_outputs_and_steps``: a held output is never overwritten; after ``mark_step_begin()`` it
+  may be, and reading it then raises;
+- ``decode_loop``: a greedy decode loop through ``torch.compile(backend=npu_compile...)`` gives
+  eager's tokens, without and with a step boundary per step;
+- ``host_sync_pieces``: a graph with a host sync (``.item()``) is split into captured pieces;
+- in child processes, started first and run beside the others, so that an abort (a failed
+  ``TORCH_INTERNAL_ASSERT``, a segfault) is recorded as a finding instead of ending the run:
+  ``multi_stream`` (tagged streams and events through the runner), ``capture_error_python`` (a
+  plain Python error raised inside the capture body), ``capture_stream_wait`` (a stream wait
+  inside the capture on a stream that is not part of it) and ``capture_host_sync`` (``.item()``
+  inside a runner's capture);
+- ``capture_time``: what one capture costs through the runner, next to what torch's capture
+  context managers add before every capture (device sync and cache emptying) and a whole
+  allocator snapshot, which the runner no longer pays;
+- ``replay_overhead``: a one-kernel graph through the runner against a raw ``torch.cuda.CUDAGraph``
+  replay plus its input copy (target: runner <= 1.2x).
+
+On a machine without an accelerator it runs the same checks on the CPU emulation (``--tiny`` for
+small sizes): a check that the script works, not a result.
+
+    python benchmarks/device_smoke.py --out DIR [--tiny]
+
+Writes DIR/smoke.json; exits 1 when a check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from _common import pick_device, write_json
+
+#: Prefix of the one line a child process prints its result on.
+RESULT = "device-smoke-result: "
+
+
+@dataclass
+class Context:
+    device: torch.device
+    tiny: bool
+    #: Eager calls per new graph key before its capture on this device (measured first).
+    warmup: int = 0
+    results: dict[str, Any] = field(default_factory=dict)
+
+
+def close(got: Any, expected: Any) -> None:
+    """Equal up to float32 rounding: a replayed matmul may take another cuBLAS algorithm than
+    the eager one (another stream, another workspace), which moves the last bits only."""
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x @ w) + x
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type != "cpu":
+        torch.accelerator.synchronize()
+
+
+def graph_counts(keys: Sequence[object], warmup: int) -> dict[str, int]:
+    """Captures, replays and eager calls of one runner called with graph ``keys`` in turn.
+
+    Each new key runs ``warmup`` times eagerly, is captured on the next call and replays after
+    that, as long as no output is held across calls (one call path).
+    """
+    calls: dict[object, int] = {}
+    counts = {"captures": 0, "replays": 0, "eager_calls": 0}
+    for key in keys:
+        calls[key] = calls.get(key, 0) + 1
+        if calls[key] <= warmup:
+            counts["eager_calls"] += 1
+        elif calls[key] == warmup + 1:
+            counts["captures"] += 1
+        else:
+            counts["replays"] += 1
+    return counts
+
+
+def counted(runner: Any) -> dict[str, int]:
+    c = runner.counters
+    return {"captures": c.captures, "replays": c.replays, "eager_calls": c.eager_calls}
+
+
+def measure_warmup(device: torch.device) -> int:
+    """Eager calls a runner makes for a new key before capturing it on ``device``."""
+    from npu_mempool import GraphRunner
+
+    runner = GraphRunner(lambda x: x + 1, name="warm-up probe")
+    x = torch.zeros(1, device=device)
+    for _ in range(8):
+        runner(x)
+        if runner.counters.captures:
+            return int(runner.counters.eager_calls)
+    raise AssertionError(f"no capture in 8 calls on {device}: {runner.counters}")
+
+
+def mib(nbytes: float) -> float:
+    return round(nbytes / 2**20, 2)
+
+
+# -- checks in this process ---------------------------------------------------------------------
+
+
+def check_environment(ctx: Context) -> dict[str, Any]:
+    import npu_mempool
+
+    device = ctx.device
+    hooks = (
+        "_cuda_getCheckpointState",
+        "_cuda_setCheckpointPoolState",
+        "_cuda_checkPoolLiveAllocations",
+        "_cuda_clearCublasWorkspaces",
+        "_cuda_endAllocateToPool",
+        "_cuda_releasePool",
+    )
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": str(device),
+        "accelerator_graph": hasattr(torch.accelerator, "Graph"),
+        "graph_implementation": npu_mempool.graph_implementation(device),
+        "allocator_hooks": {name: hasattr(torch._C, name) for name in hooks},
+    }
+    if device.type == "cuda":
+        info["name"] = torch.cuda.get_device_name(device)
+        info["capability"] = ".".join(map(str, torch.cuda.get_device_capability(device)))
+        info["memory_gib"] = round(torch.cuda.get_device_properties(device).total_memory / 2**30)
+    # Every expectation below is derived from this, never assumed (CUDA needs 1, others 0).
+    ctx.warmup = info["warmup_calls"] = measure_warmup(device)
+    return info
+
+
+def check_raw_graph(ctx: Context) -> dict[str, Any]:
+    if ctx.device.type != "cuda":
+        return {"skipped": f"a raw CUDA graph needs CUDA (device is {ctx.device.type})"}
+    device = ctx.device
+    w = torch.randn(64, 64, device=device) / 8
+    x = torch.randn(32, 64, device=device)
+    side = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        block(x, w)  # cuBLAS initialises here, not inside the capture
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = block(x, w)
+    new = torch.randn(32, 64, device=device)
+    x.copy_(new)
+    graph.replay()
+    close(out, block(new, w))
+    return {"replayed": True}
+
+
+def check_replay_equals_eager(ctx: Context) -> dict[str, Any]:
+    from npu_mempool import GraphRunner, InputKind
+
+    device = ctx.device
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, device=device) / 8
+    runner = GraphRunner(block, input_kinds=[InputKind.USER, InputKind.PARAMETER])
+    rows = (8, 8, 16, 16, 8, 32, 32, 16, 8)
+    for n in rows:
+        x = torch.randn(n, 64, device=device)
+        close(runner(x, w), block(x, w))
+    got, expected = counted(runner), graph_counts(rows, ctx.warmup)
+    assert got == expected, f"counters {got}, expected {expected} (warm-up {ctx.warmup})"
+    return {"counters": got, "paths": runner.num_paths}
+
+
+def check_mutated_kv_cache(ctx: Context) -> dict[str, Any]:
+    from npu_mempool import GraphRunner, InputKind
+
+    device = ctx.device
+
+    def step(x: torch.Tensor, pos: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        cache.index_copy_(0, pos, x)  # written in place at the step's position
+        return cache.sum(0) * 2
+
+    runner = GraphRunner(step, input_kinds=[InputKind.USER, InputKind.USER, InputKind.MUTATED])
+    cache = torch.zeros(16, 8, device=device)
+    reference = cache.clone()
+    for position in range(6):
+        x = torch.randn(1, 8, device=device)
+        pos = torch.tensor([position], device=device)
+        close(runner(x, pos, cache), step(x, pos, reference))
+        close(cache, reference)
+    return {"counters": counted(runner), "paths": runner.num_paths}
+
+
+def check_pool_bytes(ctx: Context) -> dict[str, Any]:
+    from npu_mempool import CaptureOptions, GraphRunner, InputKind
+
+    device = ctx.device
+    rows, width = ((256, 192, 128, 64), 64) if ctx.tiny else ((4096, 3072, 2048, 1024), 1024)
+    block(torch.randn(8, width, device=device), torch.randn(width, width, device=device))
+    synchronize(device)  # the device libraries are initialised before any capture here
+
+    def pool(options: CaptureOptions, shapes: Sequence[int]) -> int:
+        w = torch.randn(width, width, device=device) / width**0.5
+        runner = GraphRunner(
+            block, input_kinds=[InputKind.USER, InputKind.PARAMETER], options=options
+        )
+        for n in shapes:
+            x = torch.randn(n, width, device=device)
+            torch.testing.assert_close(runner(x, w), block(x, w), rtol=1e-3, atol=1e-3)
+        return int(runner.counters.pool_bytes)
+
+    now = CaptureOptions(warmup_runs=0)  # pools are measured here, not the warm-up policy
+    off = CaptureOptions(reuse_pool_across_shapes=False, warmup_runs=0)
+    largest = pool(now, rows[:1])
+    reuse = pool(now, rows)
+    singles = sum(pool(off, (n,)) for n in rows)
+    together = pool(off, rows)
+    static = sum(2 * n * width * 4 for n in rows)  # every shape's float32 input and output
+    result = {
+        "rows": list(rows),
+        "width": width,
+        "MiB": {
+            "largest alone": mib(largest),
+            "reuse (mode 2), four shapes": mib(reuse),
+            "no reuse, each alone, summed": mib(singles),
+            "no reuse, four shapes": mib(together),
+            "static inputs and outputs of the four": mib(static),
+        },
+        "reuse / largest (device test: <= 1.25)": round(reuse / largest, 3) if largest else None,
+        "no reuse / sum of each alone (device test: <= 1.25)": round(together / singles, 3)
+        if singles
+        else None,
+    }
+    problems = []
+    if not 0 < reuse <= 1.25 * largest:
+        problems.append(f"reuse holds {mib(reuse)} MiB, over 1.25x the largest alone")
+    if not static <= together <= 1.25 * singles:
+        problems.append(
+            f"without reuse the pool holds {mib(together)} MiB, outside [{mib(static)}, "
+            f"1.25 x {mib(singles)}] MiB"
+        )
+    assert not problems, f"{'; '.join(problems)}; figures: {result['MiB']}"
+    return result
+
+
+def check_held_outputs_and_steps(ctx: Context) -> dict[str, Any]:
+    from npu_mempool import CaptureOptions, GraphRunner, StaleOutputError, mark_step_begin
+
+    device = ctx.device
+    runner = GraphRunner(lambda x: x * 2, options=CaptureOptions(warmup_runs=0))
+    a = runner(torch.ones(8, device=device))
+    b = runner(torch.ones(4, device=device))  # no rewind over `a` while it is held
+    c = runner(torch.full((8,), 3.0, device=device))  # `a`'s graph is busy: a second call path
+    assert a.tolist() == [2.0] * 8, a
+    assert b.tolist() == [2.0] * 4, b
+    assert c.tolist() == [6.0] * 8, c
+    held_paths = runner.num_paths
+    assert held_paths == 2, f"{held_paths} call paths for a held output, expected 2"
+
+    stepped = GraphRunner(lambda x: x * 2, options=CaptureOptions(warmup_runs=0))
+    first = stepped(torch.ones(8, device=device))
+    mark_step_begin()  # a new step may overwrite what the earlier one handed out
+    second = stepped(torch.zeros(8, device=device))
+    assert second.tolist() == [0.0] * 8, second
+    assert stepped.num_paths == 1, f"{stepped.num_paths} call paths after a step boundary"
+    try:
+        first.tolist()
+    except StaleOutputError:
+        stale = True
+    else:
+        stale = False
+    assert stale, "an output overwritten after a step boundary could still be read"
+    return {"paths_while_held": held_paths, "paths_with_step_boundary": stepped.num_paths}
+
+
+def check_decode_loop(ctx: Context) -> dict[str, Any]:
+    import npu_mempool
+    from npu_compile import get_npu_backend
+    from npu_compile._cli.demo_model import DemoConfig, TinyDecoder, greedy_generate
+
+    device = ctx.device
+    model = TinyDecoder(DemoConfig(layers=2, dim=64)).to(device).eval()
+    prompt = model.prompt()
+    new_tokens = 8
+    expected, _ = greedy_generate(model, model, prompt, new_tokens)
+    result: dict[str, Any] = {}
+    problems = []
+
+    def with_step_boundaries(compiled: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def step(tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            npu_mempool.mark_step_begin()  # what serving loops do: a new step per token
+            return compiled(tokens, positions)
+
+        return step
+
+    for variant in ("held logits", "mark_step_begin per step"):
+        torch._dynamo.reset()
+        backend = get_npu_backend()
+        compiled = torch.compile(model, backend=backend, dynamic=False)
+        step = compiled if variant == "held logits" else with_step_boundaries(compiled)
+        got, _ = greedy_generate(model, step, prompt, new_tokens)
+        runners = backend.stats.runners
+        eager = sum(r.counters.eager_calls for r in runners)
+        result[variant] = {
+            "tokens_equal": bool(torch.equal(got, expected)),
+            "runners": [
+                {"name": r.name, "paths": r.num_paths, **counted(r)} for r in backend.stats.runners
+            ],
+            "fallbacks": [str(f) for f in backend.stats.fallbacks],
+        }
+        if not torch.equal(got, expected):
+            problems.append(f"{variant}: tokens {got.tolist()} != eager {expected.tolist()}")
+        if backend.stats.fallbacks:
+            problems.append(f"{variant}: fell back: {backend.stats.fallbacks}")
+        # One prefill call and new_tokens - 1 decode steps, each graph warmed up first.
+        if eager != min(1, ctx.warmup) + min(new_tokens - 1, ctx.warmup):
+            problems.append(f"{variant}: {eager} warm-up calls (warm-up need {ctx.warmup})")
+        for r in runners:
+            if r.counters.captures and r.counters.captures != r.num_paths:
+                problems.append(f"{variant}: {r.name} captured {r.counters.captures} times")
+    torch._dynamo.reset()
+    assert not problems, "; ".join(problems)
+    return result
+
+
+def _counts_positive(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    h = torch.relu(x @ w)
+    n = (h > 0).sum().item()  # a host sync in the middle of the graph
+    return (h * 2 + 1) / (n + 1), h.sum(0)
+
+
+def check_host_sync_pieces(ctx: Context) -> dict[str, Any]:
+    from npu_compile import get_npu_backend
+
+    device = ctx.device
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    w = torch.randn(8, 8, device=device)
+    backend = get_npu_backend()
+    # The piece after the sync is keyed by the synced value: each input comes back, so that
+    # every value is seen past the device's warm-up and its graph replays.
+    xs = [torch.randn(4, 8, device=device) for _ in range(3)]
+    with torch._dynamo.config.patch(capture_scalar_outputs=True), torch.no_grad():
+        compiled = torch.compile(_counts_positive, backend=backend)
+        for x in xs * (ctx.warmup + 2):
+            close(compiled(x, w), _counts_positive(x, w))
+    stats = backend.stats
+    result = {
+        "pieces": stats.pieces,
+        "splits": {name: list(splits) for name, splits in stats.splits.items()},
+        "runners": [{"name": r.name, **counted(r)} for r in stats.runners],
+        "fallbacks": [str(f) for f in stats.fallbacks],
+    }
+    torch._dynamo.reset()
+    assert not stats.fallbacks, f"fell back: {stats.fallbacks}"
+    assert stats.pieces == 2, f"{stats.pieces} pieces, expected 2 around the .item()"
+    assert all(r.counters.replays > 0 for r in stats.runners), result["runners"]
+    return result
+
+
+def check_capture_time(ctx: Context) -> dict[str, Any]:
+    """What one capture costs, and what the runner no longer pays before and after it."""
+    from npu_mempool import CaptureOptions, GraphRunner, InputKind
+
+    device = ctx.device
+    width = 64 if ctx.tiny else 1024
+    shapes = [8 * (i + 1) for i in range(4 if ctx.tiny else 16)]
+    w = torch.randn(width, width, device=device) / width**0.5
+    block(torch.randn(8, width, device=device), w)
+    synchronize(device)
+    runner = GraphRunner(
+        block,
+        input_kinds=[InputKind.USER, InputKind.PARAMETER],
+        options=CaptureOptions(warmup_runs=0),
+    )
+    seconds = []
+    for n in shapes:  # each a new shape: a rewind and a capture, then the replay for its output
+        x = torch.randn(n, width, device=device)
+        synchronize(device)
+        start = time.perf_counter()
+        runner(x, w)
+        synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    assert runner.counters.captures == len(shapes), counted(runner)
+
+    def ms(values: Sequence[float]) -> dict[str, float]:
+        return {
+            "median": round(statistics.median(values) * 1e3, 3),
+            "min": round(min(values) * 1e3, 3),
+            "max": round(max(values) * 1e3, 3),
+        }
+
+    def timed(fn: Callable[[], object], repeats: int) -> dict[str, float]:
+        values = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            values.append(time.perf_counter() - start)
+        return ms(values)
+
+    result: dict[str, Any] = {
+        "shapes": len(shapes),
+        "width": width,
+        "runner capture call ms (capture + its replay)": ms(seconds),
+        "reading pool_bytes ms (an allocator snapshot, now only when asked)": timed(
+            lambda: runner.counters.pool_bytes, 5
+        ),
+    }
+    if device.type == "cuda":
+        # In this process's state (the allocator holds the pools above): what torch's capture
+        # context managers do before every capture, and the snapshot taken after each before.
+        def sync_and_empty() -> None:
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()
+
+        result["torch.cuda.graph's sync + empty_cache ms (no longer paid)"] = timed(
+            sync_and_empty, 5
+        )
+        result["memory_snapshot ms (no longer paid per capture)"] = timed(
+            torch.cuda.memory_snapshot,  # type: ignore[no-untyped-call]
+            5,
+        )
+        result["raw capture ms"] = _raw_capture_ms(device, w, width, ms)
+    else:
+        result["note"] = "CPU emulation: the device-only figures are left out"
+    return result
+
+
+def _raw_capture_ms(
+    device: torch.device, w: torch.Tensor, width: int, ms: Callable[[Sequence[float]], Any]
+) -> dict[str, Any]:
+    """The same block captured raw: through ``torch.cuda.graph``, and with capture_begin/end.
+
+    Each on an idle device, and with a few milliseconds of work queued before it (as in a serving
+    loop, where the previous step is still running): the context manager's synchronize waits for
+    that work; a capture does not need to.
+    """
+    stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+    pool = torch.cuda.graph_pool_handle()
+    big = torch.randn(2048, 2048, device=device)
+    graphs = []  # alive until the end: a freed graph would give its pool memory back
+
+    def context(x: torch.Tensor) -> None:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, stream=stream):
+            block(x, w)
+        graphs.append(graph)
+
+    def direct(x: torch.Tensor) -> None:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream):
+            graph.capture_begin(pool=pool)
+            try:
+                block(x, w)
+            finally:
+                graph.capture_end()
+        graphs.append(graph)
+
+    seconds: dict[str, list[float]] = {}
+    for n in (8, 16, 24, 32):
+        x = torch.randn(n, width, device=device)
+        for name, capture in (("torch.cuda.graph", context), ("capture_begin/end", direct)):
+            for queued in (False, True):
+                torch.cuda.synchronize(device)
+                if queued:
+                    for _ in range(20):  # about 5 ms on an H100 (float32, 2048^3 each)
+                        torch.mm(big, big)
+                start = time.perf_counter()
+                capture(x)
+                label = f"{name}, {'work queued' if queued else 'idle device'}"
+                seconds.setdefault(label, []).append(time.perf_counter() - start)
+    torch.cuda.synchronize(device)
+    return {label: ms(values) for label, values in seconds.items()}
+
+
+def check_replay_overhead(ctx: Context) -> dict[str, Any]:
+    """One tiny kernel: the runner's per-call cost against a raw replay plus its input copy."""
+    from npu_mempool import GraphRunner
+
+    device = ctx.device
+    calls, repeats = (200, 3) if ctx.tiny else (3000, 5)
+    x = torch.randn(16, device=device)
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        return t * 1.0001
+
+    runner = GraphRunner(fn, name="one kernel")
+    variants: dict[str, Callable[[torch.Tensor], Any]] = {"eager": fn, "runner": runner}
+    if device.type == "cuda":
+        static_x = x.clone()
+        side = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            fn(static_x)
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = fn(static_x)
+
+        def raw(t: torch.Tensor) -> torch.Tensor:
+            static_x.copy_(t, non_blocking=True)
+            graph.replay()
+            return static_out
+
+        variants["raw replay + input copy"] = raw
+
+    def per_call_us(call: Callable[[torch.Tensor], Any]) -> float:
+        for _ in range(50):
+            call(x)
+        synchronize(device)
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(calls):
+                call(x)
+            synchronize(device)
+            best = min(best, (time.perf_counter() - start) / calls * 1e6)
+        return round(best, 2)
+
+    with torch.no_grad():
+        torch.testing.assert_close(runner(x), fn(x))
+        result: dict[str, Any] = {
+            "us per call (best of repeats)": {name: per_call_us(v) for name, v in variants.items()}
+        }
+    figures = result["us per call (best of repeats)"]
+    if "raw replay + input copy" in figures:
+        result["runner / raw (target <= 1.2)"] = round(
+            figures["runner"] / figures["raw replay + input copy"], 2
+        )
+    else:
+        result["note"] = "no raw device graph on the CPU emulation: eager and runner only"
+    return result
+
+
+# -- checks in child processes ------------------------------------------------------------------
+
+
+def child_multi_stream(device: torch.device, tiny: bool) -> dict[str, Any]:
+    import npu_compile as tng
+    import npu_streams
+
+    size = 64 if tiny else 512
+
+    class Model(torch.nn.Module):
+        """Seed 000: tagged events order an add, two matmuls and another add on two streams."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.event1 = tng.ops.npu_create_tagged_event(tag="66")
+            self.event2 = tng.ops.npu_create_tagged_event(tag="77")
+
+        def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            a, b, c, d = inputs
+            add = a + b
+            tng.ops.npu_tagged_event_record(self.event1)
+            with tng.scope.npu_stream_switch("1"):
+                tng.ops.npu_tagged_event_wait(self.event1)
+                mm = c @ d
+                tng.ops.npu_tagged_event_record(self.event2)
+            with tng.scope.npu_stream_switch("2"):
+                tng.ops.npu_tagged_event_wait(self.event2)
+                add2 = mm + add
+            return add, mm, add2
+
+    model = Model()
+    backend = tng.get_npu_backend()
+    compiled = torch.compile(model, backend=backend, dynamic=False, fullgraph=True)
+    for _ in range(4):
+        inputs = [torch.randn(size, size, device=device, dtype=torch.float16) for _ in range(4)]
+        expected = model(*inputs)
+        got = compiled(*inputs)
+        for mine, theirs in zip(got, expected, strict=True):
+            # float16 sums of 512 products: a few units in the last place apart at most.
+            torch.testing.assert_close(mine, theirs, rtol=1e-2, atol=1e-2)
+        del got  # a held output would send the next call to a second call path
+    runners = backend.stats.runners
+    result = {
+        "runners": [
+            {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
+        ],
+        "fallbacks": [str(f) for f in backend.stats.fallbacks],
+        "stream_tag_after": npu_streams.current_stream_tag(),
+    }
+    assert not backend.stats.fallbacks, f"fell back: {backend.stats.fallbacks}"
+    assert result["stream_tag_after"] == "default", f"a stream scope was left open: {result}"
+    assert sum(r.counters.captures for r in runners) >= 1, f"nothing captured: {result}"
+    assert all(r.counters.fallbacks == 0 for r in runners), f"a capture failed: {result}"
+    return result
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _clean_exit(device: torch.device) -> None:
+    """Free every graph now, while the child can still report: an abort here is the finding."""
+    gc.collect()
+    synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.synchronize(device)
+
+
+def child_capture_error_python(device: torch.device, tiny: bool) -> dict[str, Any]:
+    from npu_mempool import CaptureOptions, GraphRunner
+
+    seen: list[bool] = []
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        # With no warm-up the first call is the capture (on the emulation too).
+        seen.append(_capturing(device))
+        if len(seen) == 1:
+            raise ValueError("a Python error inside the capture body")
+        return x * 3
+
+    failing = GraphRunner(fn, options=CaptureOptions(warmup_runs=0), name="raises in capture")
+    outs = [failing(torch.ones(2, device=device)).tolist() for _ in range(3)]
+    assert outs == [[3.0, 3.0]] * 3, outs
+    failed = counted(failing) | {"fallbacks": failing.counters.fallbacks}
+    del failing
+    _clean_exit(device)
+    later = GraphRunner(lambda x: x + 1, options=CaptureOptions(warmup_runs=0), name="later")
+    for _ in range(3):
+        assert later(torch.ones(2, device=device)).tolist() == [2.0, 2.0]
+    after = counted(later)
+    del later
+    _clean_exit(device)
+    assert failed["fallbacks"] == 1, failed
+    assert failed["captures"] == 0, failed
+    assert (after["captures"], after["replays"]) == (1, 2), after
+    return {"raised_while_capturing": seen[0], "failing": failed, "later": after}
+
+
+def child_capture_stream_wait(device: torch.device, tiny: bool) -> dict[str, Any]:
+    import npu_compile
+    import npu_streams
+
+    if device.type != "cpu":
+        # A tagged stream used outside any capture: a wait inside the capture must not join it.
+        with npu_streams.npu_stream_switch("unrelated"):
+            torch.ones(1, device=device).add_(1)
+        synchronize(device)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        with npu_streams.npu_stream_switch("w1"):
+            y = x * 2
+        npu_streams.wait([y])
+        return y + 1
+
+    backend = npu_compile.get_npu_backend()
+    compiled = torch.compile(fn, backend=backend, dynamic=False, fullgraph=True)
+    for _ in range(4):
+        x = torch.randn(256, device=device)
+        torch.testing.assert_close(compiled(x), x * 2 + 1)
+    runners = backend.stats.runners
+    result = {
+        "runners": [
+            {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
+        ],
+        "fallbacks": [str(f) for f in backend.stats.fallbacks],
+    }
+    _clean_exit(device)
+    assert not backend.stats.fallbacks, f"fell back: {result}"
+    assert all(r.counters.fallbacks == 0 for r in runners), f"the capture failed: {result}"
+    assert sum(r.counters.captures for r in runners) >= 1, f"nothing captured: {result}"
+    return result
+
+
+def child_capture_host_sync(device: torch.device, tiny: bool) -> dict[str, Any]:
+    from npu_mempool import CaptureOptions, GraphRunner
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x * float(x.sum().item())  # a host sync: a device capture must fail
+
+    failing = GraphRunner(fn, options=CaptureOptions(warmup_runs=0), name="item in capture")
+    for _ in range(3):
+        x = torch.ones(4, device=device)
+        torch.testing.assert_close(failing(x), x * 4)
+    failed = counted(failing) | {"fallbacks": failing.counters.fallbacks}
+    del failing
+    _clean_exit(device)
+    later = GraphRunner(lambda x: x + 1, options=CaptureOptions(warmup_runs=0), name="later")
+    for _ in range(3):
+        x = torch.ones(4, device=device)
+        torch.testing.assert_close(later(x), x + 1)
+    after = counted(later)
+    default_stream = device.type != "cuda" or (
+        torch.cuda.current_stream(device) == torch.cuda.default_stream(device)
+    )
+    del later
+    _clean_exit(device)
+    assert default_stream, "the capture stream is still current after the failed capture"
+    assert (after["captures"], after["replays"]) == (1, 2), after
+    return {"failing": failed, "later": after, "caller_stream_restored": default_stream}
+
+
+CHILDREN: dict[str, Callable[[torch.device, bool], dict[str, Any]]] = {
+    "multi_stream": child_multi_stream,
+    "capture_error_python": child_capture_error_python,
+    "capture_stream_wait": child_capture_stream_wait,
+    "capture_host_sync": child_capture_host_sync,
+}
+
+IN_PROCESS: dict[str, Callable[[Context], dict[str, Any]]] = {
+    "environment": check_environment,
+    "raw_graph": check_raw_graph,
+    "replay_equals_eager": check_replay_equals_eager,
+    "mutated_kv_cache": check_mutated_kv_cache,
+    "pool_bytes": check_pool_bytes,
+    "held_outputs_and_steps": check_held_outputs_and_steps,
+    "decode_loop": check_decode_loop,
+    "host_sync_pieces": check_host_sync_pieces,
+}
+
+#: After the children: the timings, so that no child competes with them.
+TIMINGS: dict[str, Callable[[Context], dict[str, Any]]] = {
+    "capture_time": check_capture_time,
+    "replay_overhead": check_replay_overhead,
+}
+
+
+# -- running and recording ----------------------------------------------------------------------
+
+
+def _failure(error: BaseException) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "error": f"{type(error).__name__}: {error}"[:1500],
+        "traceback": traceback.format_exc()[-3000:],
+    }
+
+
+class Recorder:
+    """smoke.json, rewritten whole (atomically) after every check."""
+
+    def __init__(self, out: Path, ctx: Context) -> None:
+        self.path = out / "smoke.json"
+        self.ctx = ctx
+        self.started = time.perf_counter()
+        self.document: dict[str, Any] = {
+            "device": str(ctx.device),
+            "tiny": ctx.tiny,
+            "finished": False,
+            "running": None,
+            "checks": {},
+        }
+
+    def running(self, name: str | None) -> None:
+        self.document["running"] = name
+        self.write()
+
+    def record(self, name: str, entry: dict[str, Any]) -> None:
+        self.document["checks"][name] = entry
+        self.document["running"] = None
+        state = "ok" if entry["ok"] else "FAILED"
+        shown = entry.get("result") if entry["ok"] else entry.get("error")
+        print(f"== {name}: {state} ({entry['seconds']} s) {json.dumps(shown, default=str)[:600]}")
+        self.write()
+
+    def finish(self) -> bool:
+        checks = self.document["checks"]
+        self.document["finished"] = True
+        self.document["seconds"] = round(time.perf_counter() - self.started, 1)
+        self.document["failed"] = sorted(n for n, e in checks.items() if not e["ok"])
+        self.write()
+        return not self.document["failed"]
+
+    def write(self) -> None:
+        write_json(self.path, json.loads(json.dumps(self.document, default=str)))
+
+
+def run_in_process(
+    recorder: Recorder, name: str, check: Callable[[Context], dict[str, Any]]
+) -> None:
+    recorder.running(name)
+    start = time.perf_counter()
+    try:
+        entry: dict[str, Any] = {"ok": True, "result": check(recorder.ctx)}
+    except Exception as error:  # every check reports; none stops the rest
+        entry = _failure(error)
+    entry["seconds"] = round(time.perf_counter() - start, 2)
+    recorder.record(name, entry)
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[str]
+    started: float
+
+
+def start_children(ctx: Context) -> list[Child]:
+    children = []
+    for name in CHILDREN:
+        command = [sys.executable, os.path.abspath(__file__), "--child", name]
+        command += ["--tiny"] if ctx.tiny else []
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        children.append(Child(name, process, time.perf_counter()))
+    return children
+
+
+def collect_child(recorder: Recorder, child: Child, deadline: float) -> None:
+    """Wait for ``child`` until ``deadline``; record what it reported, or how it ended."""
+    recorder.running(child.name)
+    timed_out = False
+    try:
+        stdout, stderr = child.process.communicate(timeout=max(1.0, deadline - time.perf_counter()))
+    except subprocess.TimeoutExpired:
+        child.process.kill()
+        stdout, stderr = child.process.communicate()
+        timed_out = True
+    seconds = round(time.perf_counter() - child.started, 2)
+    code = child.process.returncode
+    reported = [line[len(RESULT) :] for line in stdout.splitlines() if line.startswith(RESULT)]
+    entry: dict[str, Any] = json.loads(reported[-1]) if reported else {"ok": False}
+    entry["seconds"] = seconds
+    entry["returncode"] = code
+    if timed_out:
+        entry["ok"] = False
+        entry["error"] = f"hung: killed after {seconds} s" + (
+            f"; {entry['error']}" if "error" in entry else ""
+        )
+    elif code != 0:
+        # Its checks may have passed, and then the process died on the way out (a graph freed
+        # at exit, a C++ assertion): the process's end is part of what is checked.
+        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        entry["ok"] = False
+        entry["error"] = (
+            f"the process ended with {how}"
+            + (" after reporting" if reported else " before reporting")
+            + (f"; {entry['error']}" if "error" in entry else "")
+        )
+    if not entry["ok"]:
+        entry["stderr_tail"] = stderr[-3000:]
+    recorder.record(child.name, entry)
+
+
+def child_main(name: str, tiny: bool) -> int:
+    """One child check: print its entry on one line, then exit (an abort shows in the code)."""
+    device = pick_device()
+    try:
+        entry: dict[str, Any] = {"ok": True, "result": CHILDREN[name](device, tiny)}
+    except Exception as error:
+        entry = _failure(error)
+    print(RESULT + json.dumps(entry, default=str), flush=True)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="directory for smoke.json")
+    parser.add_argument("--tiny", action="store_true", help="small sizes (the CPU dry run)")
+    parser.add_argument(
+        "--child-timeout", type=float, default=90.0, help="seconds each child check may take"
+    )
+    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child_main(args.child, args.tiny)
+    if args.out is None:
+        parser.error("--out DIR is required")
+    ctx = Context(device=pick_device(), tiny=args.tiny)
+    print(f"device smoke check on {ctx.device}, torch {torch.__version__}")
+    recorder = Recorder(args.out, ctx)
+    children = start_children(ctx)  # they run beside the checks below
+    children_deadline = time.perf_counter() + args.child_timeout
+    for name, check in IN_PROCESS.items():
+        run_in_process(recorder, name, check)
+    for child in children:
+        collect_child(recorder, child, children_deadline)
+    for name, check in TIMINGS.items():
+        run_in_process(recorder, name, check)
+    ok = recorder.finish()
+    failed = recorder.document["failed"]
+    print(
+        f"smoke: {len(recorder.document['checks'])} checks, failed: {', '.join(failed) or 'none'}"
+    )
+    print(f"wrote {recorder.path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
