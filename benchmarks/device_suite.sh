@@ -5,7 +5,8 @@
 #   bash benchmarks/device_suite.sh --out DIR [--dry-run] [--only STEP[,STEP...]] [--budget SECONDS]
 #
 # It installs nothing: the packages run from their sources (PYTHONPATH) over the machine's own
-# torch; pytest, hypothesis, numpy, protobuf and transformers must be installed there. It writes
+# torch (the interpreter is $PYTHON, default python3); pytest, hypothesis, numpy, protobuf and
+# transformers must be installed there. It writes
 # only under DIR, which must be outside the repository (and never writes into the checkout:
 # no bytecode, no pytest cache; temporary files go to a private directory removed at the end).
 #
@@ -141,6 +142,7 @@ done
 export PYTHONPATH="${sources#:}:$root/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 export PYTHONDONTWRITEBYTECODE=1 # nothing written into the checkout
+python="${PYTHON:-python3}"
 # Temporary files (Inductor's cache, the benchmarks' build directories) in the private directory.
 export TMPDIR="$stage/tmp"
 if [ "$dry_run" = 1 ]; then
@@ -170,7 +172,7 @@ selected() { # the environment always runs: it is what stops the suite without a
 }
 
 record() { # name status rc seconds limit note (rc empty: the step did not run)
-    python3 benchmarks/_suite.py step --summary "$summary" --out "$out" --name "$1" \
+    "$python" benchmarks/_suite.py step --summary "$summary" --out "$out" --name "$1" \
         --status "$2" --rc "$3" --seconds "$4" --timeout "$5" --estimate "${ESTIMATE[$1]}" \
         --note "$6" --log "$stage/$1.log" || echo "warning: could not record step $1" | tee -a "$log"
 }
@@ -241,7 +243,7 @@ run_step() {
 # fold NAME FILE: a selected benchmark's JSON into benchmarks.json, whatever its outcome.
 fold() {
     selected "$1" || return 0
-    python3 benchmarks/_suite.py fold --into "$out/benchmarks.json" --name "$1" --source "$2" ||
+    "$python" benchmarks/_suite.py fold --into "$out/benchmarks.json" --name "$1" --source "$2" ||
         echo "warning: could not fold $2 into benchmarks.json" | tee -a "$log"
 }
 
@@ -250,10 +252,10 @@ dry=()
 commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo "device suite: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit, dry run: $dry_run," \
     "budget ${budget} s, writing to $out" | tee "$log"
-run_step environment python3 benchmarks/_suite.py environment --summary "$summary" ${dry[@]+"${dry[@]}"}
+run_step environment "$python" benchmarks/_suite.py environment --summary "$summary" ${dry[@]+"${dry[@]}"}
 rc=$?
 if [ "$rc" != 0 ] && [ "$dry_run" = 0 ]; then
-    python3 benchmarks/_suite.py finish --summary "$summary" --out "$out" \
+    "$python" benchmarks/_suite.py finish --summary "$summary" --out "$out" \
         --seconds $((SECONDS - suite_start)) >>"$log" 2>&1
     if [ "$rc" = 3 ]; then
         echo "error: no accelerator visible to torch; nothing run (pass --dry-run to check the suite on CPU)" >&2
@@ -281,20 +283,20 @@ else
     streams_args=(--replays 100 --repeats 5)
 fi
 
-run_step smoke python3 benchmarks/device_smoke.py --out "$out" "${smoke_args[@]}"
+run_step smoke "$python" benchmarks/device_smoke.py --out "$out" "${smoke_args[@]}"
 # The tests get their own budget inside the step's limit, so that they always write their XML.
-run_step device_tests python3 benchmarks/device_tests.py --out "$out" \
+run_step device_tests "$python" benchmarks/device_tests.py --out "$out" \
     --test-timeout "$test_timeout" --budget "$(($(limit_for device_tests) - 15))" --jobs 2
-run_step decode_step python3 benchmarks/decode_step.py --out "$stage/bench" "${decode_args[@]}"
+run_step decode_step "$python" benchmarks/decode_step.py --out "$stage/bench" "${decode_args[@]}"
 # Named after the device it ran on: decode_step_cuda.json, decode_step_cpu.json, ...
 decode_json="$(find "$stage/bench" -name 'decode_step_*.json' | head -n 1)"
 fold decode_step "${decode_json:-$stage/bench/decode_step.json}"
-run_step replay_overhead python3 benchmarks/replay_overhead.py --out "$stage/bench" \
+run_step replay_overhead "$python" benchmarks/replay_overhead.py --out "$stage/bench" \
     "${replay_args[@]}"
 fold replay_overhead "$stage/bench/replay_overhead.json"
-run_step pool_reuse python3 benchmarks/pool_reuse.py --out "$stage/bench" ${pool_args[@]+"${pool_args[@]}"}
+run_step pool_reuse "$python" benchmarks/pool_reuse.py --out "$stage/bench" ${pool_args[@]+"${pool_args[@]}"}
 fold pool_reuse "$stage/bench/pool_reuse.json"
-run_step streams_overlap python3 benchmarks/streams_overlap.py --out "$stage/bench" \
+run_step streams_overlap "$python" benchmarks/streams_overlap.py --out "$stage/bench" \
     "${streams_args[@]}"
 fold streams_overlap "$stage/bench/streams_overlap.json"
 if [ "$dry_run" = 1 ]; then
@@ -304,11 +306,11 @@ if [ "$dry_run" = 1 ]; then
     echo "== static_kernel_warm_start: skipped, $why" | tee -a "$log"
     record static_kernel_warm_start skipped "" 0 0 "$why"
 else
-    run_step static_kernel_warm_start python3 benchmarks/static_kernel_warm_start.py \
+    run_step static_kernel_warm_start "$python" benchmarks/static_kernel_warm_start.py \
         --via static --rounds 1 --steps 20 --repeats 3 --out "$stage/bench"
     fold static_kernel_warm_start "$stage/bench/static_kernel_warm_start.json"
 fi
 
-python3 benchmarks/_suite.py finish --summary "$summary" --out "$out" \
+"$python" benchmarks/_suite.py finish --summary "$summary" --out "$out" \
     --seconds $((SECONDS - suite_start)) 2>&1 | tee -a "$log"
 exit "$failed"

@@ -32,12 +32,13 @@ STEPS = (
 
 
 def _suite(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # The interpreter running these tests (its torch), whatever `python3` is on PATH.
     return subprocess.run(
         ["bash", str(SUITE), *args],
         capture_output=True,
         text=True,
         timeout=400,
-        env=env,
+        env={**(env if env is not None else os.environ), "PYTHON": sys.executable},
         check=False,
     )
 
