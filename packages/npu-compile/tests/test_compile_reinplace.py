@@ -129,3 +129,22 @@ def test_the_backend_gives_eager_numbers_on_overlapping_slices() -> None:
             mask = torch.arange(2 * length).reshape(2, length)
             torch.testing.assert_close(compiled(mask), positions(mask))
     assert backend.stats.captured >= 1
+
+
+def test_the_cpu_replay_runs_the_graph_a_device_captures() -> None:
+    # The CPU emulation used to replay Dynamo's graph, which hid every pass of the backend (and
+    # the wrong numbers one of them gave) from CPU tests. The ops a replay runs must be those of
+    # the graph after the passes: here the reinplaced `add_` and `relu_`.
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        return ((x * 3) + 1).relu()
+
+    compiled = torch.compile(chain, backend=npu_compile.get_npu_backend())
+    x = torch.randn(4)
+    with torch.no_grad():
+        compiled(x)  # the capture
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            out = compiled(x)  # a replay
+    torch.testing.assert_close(out, chain(x))
+    ran = {event.name for event in prof.events()}
+    assert {"aten::add_", "aten::relu_"} <= ran
+    assert not {"aten::add", "aten::relu"} & ran
