@@ -172,7 +172,8 @@ def test_compiler_interface_puts_static_kernels_under_vllm_cache(tmp_path: Any) 
     assert static._aclnn_static_shape_kernel
     assert static._aclnn_static_shape_kernel_build_dir == str(tmp_path / "npu_compile")
     # vLLM's capture does the capturing: the compiler only prepares the piece.
-    assert backend.config.debug.run_eagerly
+    assert not backend.capture
+    assert not backend.config.debug.run_eagerly
 
 
 def test_compiler_interface_refuses_other_versions_and_bad_options(block: _Block) -> None:

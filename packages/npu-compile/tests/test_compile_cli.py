@@ -126,12 +126,12 @@ def test_demo_grows_the_kv_cache_for_long_generations(capsys: pytest.CaptureFixt
 
 def _nothing_captured(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every FX graph falls back to eager, with the message "test says no"."""
-    from npu_compile import FallbackReason, _forward
+    from npu_compile import FallbackReason, _planner
     from npu_compile._piecewise import Split
 
     said = Split("x", "aten::x", FallbackReason.MIXED_DEVICES, "test says no")
-    monkeypatch.setattr(_forward, "split_points", lambda gm, device, ops: [said])
-    monkeypatch.setattr(_forward, "capture_pieces", lambda *args: None)
+    monkeypatch.setattr(_planner, "split_points", lambda gm, device, ops: [said])
+    monkeypatch.setattr(_planner, "pieces_to_capture", lambda gm, splits: 0)
 
 
 def test_demo_fails_when_nothing_was_captured(

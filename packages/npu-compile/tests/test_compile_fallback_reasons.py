@@ -263,14 +263,14 @@ def test_reset_forgets_the_reasons(
 
 
 def test_the_bench_note_names_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    from npu_compile import _forward
+    from npu_compile import _planner
     from npu_compile._cli.bench import decode_step_bench
     from npu_compile._cli.demo_model import DemoConfig
     from npu_compile._piecewise import Split
 
     said = Split("x", "aten::x", FallbackReason.MIXED_DEVICES, "test says no")
-    monkeypatch.setattr(_forward, "split_points", lambda gm, device, ops: [said])
-    monkeypatch.setattr(_forward, "capture_pieces", lambda *args: None)
+    monkeypatch.setattr(_planner, "split_points", lambda gm, device, ops: [said])
+    monkeypatch.setattr(_planner, "pieces_to_capture", lambda gm, splits: 0)
     report = decode_step_bench(torch.device("cpu"), steps=1, config=DemoConfig(layers=1, dim=32))
     assert "mixed_devices: " in report.rows[1].note
     assert "test says no" in report.rows[1].note

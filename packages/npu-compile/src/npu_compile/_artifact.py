@@ -8,10 +8,11 @@ altogether, as TorchAir's ``cache_compile`` does.
 Two layers, following torch's own non-Inductor backends (``aot_eager``):
 
 * :class:`GraphArtifact`, an Inductor ``OutputCode`` the forward compiler returns while torch
-  bundles AOT autograd's result. It keeps the graph that will run (after every pass) and what the
-  runner needs (input classes, options, int inputs passed as tensors). Serialized, it holds the
-  graph (``GraphPickler``) and plain data; loaded, it rebuilds the graph runner. AOT autograd
-  saves and restores its own runtime wrappers (input mutations, aliased outputs) around it.
+  bundles AOT autograd's result. It keeps the graph that will run (after every pass), its plan
+  (``_plan.GraphPlan``) and the lowered options. Serialized, it holds the graph
+  (``GraphPickler``) and plain data; loaded, it is built from its plan (``_build``), never
+  planned again. AOT autograd saves and restores its own runtime wrappers (input mutations,
+  aliased outputs) around it.
 * :class:`SerializedGraph`, the ``SerializableCallable`` handed back to Dynamo's AOT compile.
   It frames torch's bundle with a version and a SHA-256, so a truncated or foreign file is
   refused with a clear error rather than unpickled, and offers the ``finalize_loading`` hook vLLM
@@ -28,7 +29,7 @@ import hashlib
 import logging
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch._dynamo.aot_compile_types import (
@@ -37,17 +38,19 @@ from torch._dynamo.aot_compile_types import (
 )
 from torch._inductor.output_code import OutputCode
 
-from npu_compile._fallback import FallbackReason
-from npu_compile._tensorify import Tensorified
-from npu_compile.configs.compiler_config import CompilerConfig
+from npu_compile._build import build_loaded
 from npu_compile.errors import BackendError
+
+if TYPE_CHECKING:
+    from npu_compile._lowering import Settings
+    from npu_compile._plan import GraphPlan
 
 __all__ = ["GraphArtifact", "SerializedGraph", "ARTIFACT_FORMAT"]
 
 logger = logging.getLogger("npu_compile")
 
 #: Bumped whenever what :class:`GraphArtifact` pickles changes meaning; older files are refused.
-ARTIFACT_FORMAT = 1
+ARTIFACT_FORMAT = 2
 _MAGIC = b"npu-compile-aot\0"
 # magic, format, SHA-256 of the bundle, length of the graph name (then the name, then the bundle).
 _HEADER = struct.Struct("<16sH32sH")
@@ -59,26 +62,22 @@ class GraphArtifact(OutputCode):
     """The forward graph of one FX graph as AOT autograd bundles it.
 
     Attributes:
-        name: The FX graph's name (``npu_compile_<n>``), kept for logs after a load.
-        config: The options it was compiled with (no graph pool: a pool belongs to a process).
-        kinds: Input classes (``npu_mempool.InputKind``) of the graph's inputs, in order.
-        tensorified: Int inputs passed as 0-d tensors and outputs read back as ints, if any.
-        device: The device the graph runs on.
-        capture: ``False`` when the graph runs eagerly (a fallback, or ``debug.run_eagerly``).
-        fallback: Why it runs eagerly, for the statistics of the process that loads it.
+        plan: What the graph becomes, as decided when it was compiled.
+        settings: The lowered options it was compiled with (no graph pool: a pool belongs to
+            a process).
         gm: The graph that runs; ``None`` while serialized.
     """
 
-    name: str = ""
-    config: CompilerConfig | None = None
-    kinds: tuple[Any, ...] = ()
-    tensorified: Tensorified | None = None
-    device: str = "cpu"
-    capture: bool = True
-    fallback: tuple[FallbackReason, str] | None = None
+    plan: GraphPlan | None = None
+    settings: Settings | None = None
     gm: torch.fx.GraphModule | None = None
     _serialized_gm: bytes | None = dataclasses.field(default=None, init=False)
     _function: Callable[..., Any] | None = dataclasses.field(default=None, init=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The FX graph's name (``npu_compile_<n>``), kept for logs after a load."""
+        return self.plan.name if self.plan is not None else "?"
 
     def bind(self, function: Callable[..., Any]) -> GraphArtifact:
         """Set the callable that runs the graph in this process (unboxed arguments)."""
@@ -99,7 +98,8 @@ class GraphArtifact(OutputCode):
 
         if self.gm is None:
             raise BackendError(f"{self.name}: nothing to serialize (the graph was dropped)")
-        if self.config is not None and self.config.aclgraph_config.use_custom_pool is not None:
+        settings = self.settings
+        if settings is not None and settings.config.aclgraph_config.use_custom_pool is not None:
             raise BackendError(
                 f"{self.name} uses aclgraph_config.use_custom_pool, a graph pool of this "
                 "process: such a graph cannot be saved for another process; leave the option "
@@ -129,9 +129,9 @@ class GraphArtifact(OutputCode):
         gm.recompile()
         self.gm = gm
         self._serialized_gm = None
-        from npu_compile._rebuild import rebuild
-
-        self.bind(rebuild(self, gm))
+        if self.plan is None or self.settings is None:
+            raise BackendError(f"{self.name}: the artifact holds no plan (a foreign file)")
+        self.bind(build_loaded(self.plan, gm, self.settings))
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         """No Triton kernels of ours to bundle."""

@@ -11,8 +11,17 @@ from collections.abc import Callable
 
 import torch
 
-from npu_compile._batch_proof import Prover, Rows, State, Unproven, schema_arg
-from npu_compile._batch_views import Rule, listed, result_state, source_rows
+from npu_compile._batch_proof import (
+    Prover,
+    Rows,
+    Rule,
+    State,
+    Unproven,
+    listed,
+    result_state,
+    schema_arg,
+    source_rows,
+)
 
 Node = torch.fx.Node
 

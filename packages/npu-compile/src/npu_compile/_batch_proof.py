@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -71,6 +71,9 @@ class Multi:
 
 
 State = Rows | Multi | None
+#: The rule of an ATen op, or ``None`` where no rule knows it (``_batch_rules.rule_for``);
+#: passed in, so that the rules may build on this module without a circle.
+Rules = Callable[[torch._ops.OpOverload], "Rule | None"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,8 +183,9 @@ def _nodes_in(value: object) -> Iterator[Node]:
 class Prover:
     """The walk over one graph: the state of every node so far, and what the rules need."""
 
-    def __init__(self, symbol: Expr) -> None:
+    def __init__(self, symbol: Expr, rules: Rules) -> None:
         self.symbol = symbol
+        self.rules = rules
         self.states: dict[Node, State] = {}
         self.bounds: list[Expr] = []
         #: Placeholders and views of them: writing one changes the caller's state.
@@ -298,8 +302,6 @@ class Prover:
     # -- the walk ------------------------------------------------------------------------------
 
     def step(self, node: Node) -> State:
-        from npu_compile._batch_rules import rule_for
-
         target = node.target
         val = self.val(node)
         if target is operator.getitem:
@@ -327,7 +329,7 @@ class Prover:
             raise Unproven(node, "reads values of the batch rows back as a number")
         if not held and not self._touches_batch(node, val):
             return None  # nothing about it depends on the batch: any op is fine
-        rule = rule_for(target)
+        rule = self.rules(target)
         if rule is None:
             raise Unproven(node, "is not known to keep the rows of the batch apart")
         # Attention is tagged random for its dropout, which its rule checks is off.
@@ -429,6 +431,35 @@ _METADATA = frozenset(
 )
 
 
+#: A padding rule: the state of ``node`` from its inputs' states, or :class:`Unproven`.
+Rule = Callable[[Prover, Node], State]
+
+
+def result_state(prover: Prover, node: Node, state: Rows, identity: bool = False) -> State:
+    """The state of an op that keeps its input's batch layout: several outputs, or one."""
+    val = prover.val(node)
+    if isinstance(val, (list, tuple)):
+        return Multi(state.outer, state.coord)
+    dim = prover.batch_dim(node)
+    if dim is None:
+        return None
+    return dataclasses.replace(state, dim=dim, identity=identity)
+
+
+def listed(value: object) -> list[Any]:
+    """A list argument of a node (``cat``'s tensors, ``index``'s indices)."""
+    assert isinstance(value, (list, tuple))
+    return list(value)
+
+
+def source_rows(prover: Prover, node: Node) -> Rows:
+    """The first argument's state, which the rule needs to hold the batch."""
+    state = prover.rows(node.args[0])
+    if state is None:
+        raise Unproven(node, "makes a batch dimension out of values that have none")
+    return state
+
+
 def _tensors(val: object) -> Iterator[torch.Tensor]:
     if isinstance(val, torch.Tensor):
         yield val
@@ -441,15 +472,16 @@ def _holds_tensor(val: object) -> bool:
     return next(_tensors(val), None) is not None
 
 
-def prove(gm: torch.fx.GraphModule, symbol: Expr, inputs: Sequence[State]) -> Proof:
+def prove(gm: torch.fx.GraphModule, symbol: Expr, inputs: Sequence[State], rules: Rules) -> Proof:
     """Prove that the rows of the batch stay apart in ``gm``; raise :class:`Unproven` if not.
 
     Args:
         gm: The AOT forward graph.
         symbol: The batch size's symbol ``B``.
         inputs: The state of each placeholder (:class:`Rows` where the input holds the batch).
+        rules: The rule of an ATen op (``_batch_rules.rule_for``), ``None`` for an unknown op.
     """
-    prover = Prover(symbol)
+    prover = Prover(symbol, rules)
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
     for node, state in zip(placeholders, inputs, strict=True):
         prover.states[node] = state

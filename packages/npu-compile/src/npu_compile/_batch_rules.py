@@ -13,8 +13,8 @@ import torch
 
 from npu_compile import _batch_ops as ops
 from npu_compile import _batch_views as views
-from npu_compile._batch_proof import schema_arg
-from npu_compile._batch_views import Rule, aten_ops
+from npu_compile._batch_proof import Rule, schema_arg
+from npu_compile._batch_views import aten_ops
 
 __all__ = ["rule_for"]
 

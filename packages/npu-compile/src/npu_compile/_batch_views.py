@@ -10,25 +10,26 @@ op does not work along it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from npu_compile._batch_proof import (
-    Multi,
     Prover,
     Rows,
+    Rule,
     State,
     Unproven,
     expr_of,
+    listed,
     product,
+    result_state,
     same,
     schema_arg,
+    source_rows,
 )
 
 Node = torch.fx.Node
-Rule = Callable[[Prover, Node], State]
 
 aten = torch.ops.aten
 
@@ -42,31 +43,6 @@ def aten_ops(*names: str) -> list[Any]:
         if op is not None:
             found.append(op)
     return found
-
-
-def result_state(prover: Prover, node: Node, state: Rows, identity: bool = False) -> State:
-    """The state of an op that keeps its input's batch layout: several outputs, or one."""
-    val = prover.val(node)
-    if isinstance(val, (list, tuple)):
-        return Multi(state.outer, state.coord)
-    dim = prover.batch_dim(node)
-    if dim is None:
-        return None
-    return dataclasses.replace(state, dim=dim, identity=identity)
-
-
-def listed(value: object) -> list[Any]:
-    """A list argument of a node (``cat``'s tensors, ``index``'s indices)."""
-    assert isinstance(value, (list, tuple))
-    return list(value)
-
-
-def source_rows(prover: Prover, node: Node) -> Rows:
-    """The first argument's state, which the rule needs to hold the batch."""
-    state = prover.rows(node.args[0])
-    if state is None:
-        raise Unproven(node, "makes a batch dimension out of values that have none")
-    return state
 
 
 # -- elementwise ---------------------------------------------------------------------------------

@@ -1,32 +1,26 @@
-"""What the backend checks of a config before compiling: mode, options without effect, pools.
+"""What the backend checks of a config before compiling: the mode, options without effect.
 
 * ``mode="max-autotune"`` (TorchAir's Graph Engine mode) is accepted by the config and refused
   here, with what to use instead;
 * an option that has no meaning off Ascend, set to something other than its default, warns once
-  per backend (:class:`~npu_compile.errors.NoEffectWarning`) naming why;
-* a pool id tuple from ``torch.npu.graph_pool_handle()`` / ``torch.cuda.graph_pool_handle()`` in
-  ``aclgraph_config.use_custom_pool`` becomes an ``npu_mempool.PoolHandle`` on the graph's
-  device, the same one for every graph that names the same tuple.
+  per backend (:class:`~npu_compile.errors.NoEffectWarning`) naming why.
 
 The shims for what differs between torch releases are in ``_torch_compat``.
 """
 
 from __future__ import annotations
 
-import threading
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING
 
-import torch
-
-from npu_compile._accel import first_tensor_device, with_index
-from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError, NoEffectWarning
+
+if TYPE_CHECKING:
+    from npu_compile.configs.compiler_config import CompilerConfig
 
 __all__ = [
     "check_mode",
     "warn_no_effect",
-    "resolve_pool",
 ]
 
 
@@ -61,28 +55,3 @@ def warn_no_effect(config: CompilerConfig, warned: set[str]) -> None:
             NoEffectWarning,
             stacklevel=3,
         )
-
-
-_lock = threading.Lock()
-_tuple_pools: dict[tuple[torch.device, tuple[int, int]], Any] = {}
-
-
-def resolve_pool(config: CompilerConfig, example_inputs: list[object]) -> CompilerConfig:
-    """Return ``config`` with a pool id tuple in ``use_custom_pool`` replaced by a pool handle."""
-    pool = config.get("aclgraph_config.use_custom_pool")
-    if not isinstance(pool, tuple):
-        return config
-    from npu_mempool import PoolHandle, graph_pool_handle
-
-    device = with_index(first_tensor_device(example_inputs))
-    key = (device, pool)
-    with _lock:
-        handle = _tuple_pools.get(key)
-        if handle is None:
-            # On CPU the pool is the emulated arena; on a device the tuple is the allocator's
-            # own pool id, which the graph captures into.
-            handle = graph_pool_handle("cpu") if device.type == "cpu" else PoolHandle(device, pool)
-            _tuple_pools[key] = handle
-    resolved = config.copy()
-    resolved.aclgraph_config.use_custom_pool = handle
-    return resolved

@@ -15,12 +15,14 @@ import os
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
 
-from npu_compile.configs.compiler_config import CompilerConfig
+if TYPE_CHECKING:
+    from npu_compile.configs.compiler_config import CompilerConfig
+
 
 __all__ = ["data_dumper"]
 

@@ -1,4 +1,4 @@
-"""Running a graph without capture: its bound forward, a logged fallback, static kernels lost.
+"""Running a graph eagerly: its bound forward, a logged fallback, static kernels lost.
 
 Every way an FX graph ends up running eagerly goes through here, so each one is logged once and
 recorded in the backend's statistics with its :class:`FallbackReason`.
@@ -11,17 +11,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+from npu_streams import has_stream_ops, scopes_closed_on_error
 
-from npu_compile import _passes
 from npu_compile._fallback import FallbackReason
-from npu_compile._lowering import specialized_per_shape, specializer
-from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError
 
 if TYPE_CHECKING:
     from npu_compile._stats import BackendStats
 
-__all__ = ["eager_forward", "fall_back", "forward_of", "static_kernels_lost"]
+__all__ = ["fall_back", "forward_of", "static_kernels_lost"]
 
 logger = logging.getLogger("npu_compile")
 
@@ -35,7 +33,6 @@ def forward_of(gm: torch.fx.GraphModule) -> CompiledFn:
     ``nn.Module.__call__`` on every call (several µs); compiling now binds the real code. A graph
     with stream scopes closes the scopes an exception leaves open.
     """
-    from npu_streams import has_stream_ops, scopes_closed_on_error
     from torch.fx._lazy_graph_module import _LazyGraphModule
 
     _LazyGraphModule.force_recompile(gm)
@@ -55,13 +52,21 @@ def forward_of(gm: torch.fx.GraphModule) -> CompiledFn:
 def fall_back(
     gm: torch.fx.GraphModule,
     name: str,
-    reason: FallbackReason,
-    message: str,
-    config: CompilerConfig,
+    fallback: tuple[FallbackReason, str],
+    strict: bool,
     stats: BackendStats,
 ) -> CompiledFn:
-    """``gm`` run eagerly, logged and recorded; raises instead under ``debug.aclgraph.strict``."""
-    if config.debug.aclgraph.strict:
+    """``gm`` run eagerly, logged and recorded; raises instead when ``strict``.
+
+    Args:
+        gm: The graph to run.
+        name: The FX graph's name.
+        fallback: Why it runs eagerly, and the message.
+        strict: ``debug.aclgraph.strict``: raise :class:`BackendError` instead.
+        stats: Where the fallback is recorded.
+    """
+    reason, message = fallback
+    if strict:
         raise BackendError(
             f"cannot capture FX graph {name} ({reason}): {message} (debug.aclgraph.strict is "
             "set; unset it to run such graphs eagerly)",
@@ -84,20 +89,3 @@ def static_kernels_lost(name: str, stats: BackendStats) -> Callable[[str], None]
         stats.record_fallback(name, reason, message)
 
     return lost
-
-
-def eager_forward(
-    gm: torch.fx.GraphModule,
-    config: CompilerConfig,
-    name: str = "",
-    stats: BackendStats | None = None,
-) -> CompiledFn:
-    """The graph run without capture; with static kernels on, per shape, as documented."""
-    forward = forward_of(gm)
-    lost = static_kernels_lost(name, stats) if stats is not None else None
-    hook = specializer(config, gm, name=name, lost=lost)
-    specialize = _passes.filter_specializer(config, hook, forward)
-    if specialize is not None:
-        # The whole pipeline but the capture: static kernels included.
-        forward = specialized_per_shape(specialize, forward)
-    return forward

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from npu_compile import _config_checks
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import ConfigError
+
+if TYPE_CHECKING:
+    from npu_graph_export import ExportResult
 
 
 def dynamo_export(
@@ -19,7 +22,7 @@ def dynamo_export(
     dynamic: bool = False,
     config: CompilerConfig | None = None,
     **kwargs: Any,
-) -> Any:
+) -> ExportResult:
     """Export ``model`` traced on ``args`` to an offline GE graph (``.air``, ``dynamo.pbtxt``).
 
     TorchAir's ``torchair.dynamo_export`` signature; the work is done by
@@ -37,7 +40,7 @@ def dynamo_export(
         **kwargs: Keyword inputs of the model.
 
     Returns:
-        Whatever ``npu_graph_export.dynamo_export`` returns (see its documentation).
+        The ``npu_graph_export.ExportResult`` of the export.
 
     Raises:
         ConfigError: ``config`` is not a CompilerConfig, or sets

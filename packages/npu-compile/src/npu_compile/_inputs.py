@@ -6,11 +6,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from npu_mempool import InputKind
 
 __all__ = ["input_kinds", "guarded_by_dynamo", "runner_is_whole_call"]
 
 
-def input_kinds(meta: Any, example_inputs: Sequence[Any]) -> list[Any]:
+def input_kinds(meta: Any, example_inputs: Sequence[Any]) -> list[InputKind]:
     """One :class:`npu_mempool.InputKind` per AOT forward-graph input.
 
     MUTATED where AOT's metadata says the graph writes the input's data; PARAMETER where it
@@ -18,8 +19,6 @@ def input_kinds(meta: Any, example_inputs: Sequence[Any]) -> list[Any]:
     ``torch._dynamo.mark_static_address``); USER otherwise. Without metadata every input is a
     USER input (copied on every call: always correct, never fastest).
     """
-    from npu_mempool import InputKind
-
     if meta is None:
         return [InputKind.USER] * len(example_inputs)
     tokens = len(meta.tokens)
@@ -37,7 +36,7 @@ def input_kinds(meta: Any, example_inputs: Sequence[Any]) -> list[Any]:
     return kinds
 
 
-def guarded_by_dynamo(kinds: Sequence[Any], example_inputs: Sequence[Any]) -> list[bool]:
+def guarded_by_dynamo(kinds: Sequence[InputKind], example_inputs: Sequence[Any]) -> list[bool]:
     """Which runner arguments Dynamo's guards already pin down (shape, dtype and strides).
 
     Only meaningful where the runner receives Dynamo's own graph inputs (``bypass``): Dynamo
@@ -46,8 +45,6 @@ def guarded_by_dynamo(kinds: Sequence[Any], example_inputs: Sequence[Any]) -> li
     theirs: they are used in place, and a buffer kept in a module whose dict is unchanged may
     skip Dynamo's tensor checks; their key also catches another view of the same memory.
     """
-    from npu_mempool import InputKind
-
     flags = []
     for kind, value in zip(kinds, example_inputs, strict=True):
         static = isinstance(value, torch.Tensor) and not any(

@@ -33,23 +33,21 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from npu_mempool import InputKind
 
 from npu_compile._batch_proof import BatchInt, Rows, SliceRows, Unproven, prove
+from npu_compile._batch_rules import rule_for
 from npu_compile._batch_symbol import Batch, Guards, find_batch
 from npu_compile.errors import ConfigError
 
 if TYPE_CHECKING:
-    from npu_compile.configs.compiler_config import CompilerConfig
+    from npu_compile._lowering import Settings
 
 __all__ = ["Padding", "plan_padding"]
 
 logger = logging.getLogger("npu_compile")
 
 CompiledFn = Callable[..., Any]
-
-#: Where the plan is kept on the graph, so that a graph saved and loaded (torch's AOT compile)
-#: pads as the process that compiled it decided; ``GraphModule.meta`` is saved with the graph.
-PLAN_KEY = "npu_compile.capture_sizes"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,30 +163,24 @@ class Padding:
 def plan_padding(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
-    kinds: Sequence[Any],
-    sizes: tuple[int, ...],
+    kinds: Sequence[InputKind],
+    settings: Settings,
     name: str,
-    *,
-    config: CompilerConfig | None = None,
 ) -> Padding | None:
     """The padding plan of an AOT forward graph, or ``None``: captured per exact size.
 
     Args:
-        gm: The AOT forward graph (the plan is kept in its ``meta``).
+        gm: The AOT forward graph.
         example_inputs: Its example inputs.
-        kinds: The input classes (``npu_mempool.InputKind``) of its inputs.
-        sizes: ``aclgraph_config.capture_sizes``.
+        kinds: The input classes of its inputs.
+        settings: The lowered options (``capture_sizes``, ``capture_sizes_dim``, ``strict``).
         name: The FX graph's name, for messages.
-        config: The options; ``None`` for a graph loaded from a saved artifact, which pads as
-            the process that compiled it decided.
 
     Raises:
         ConfigError: Under ``debug.aclgraph.strict``, the graph cannot be padded.
     """
-    if config is None:
-        plan = gm.meta.get(PLAN_KEY)
-        return plan if isinstance(plan, Padding) else None
-    strict = bool(config.debug.aclgraph.strict)
+    sizes = settings.capture_sizes
+    strict = settings.strict
 
     def refuse(why: str) -> None:
         message = (
@@ -202,7 +194,7 @@ def plan_padding(
             )
         logger.warning(message)
 
-    found = find_batch(example_inputs, config.aclgraph_config.capture_sizes_dim)
+    found = find_batch(example_inputs, settings.capture_sizes_dim)
     if found is None:
         return None
     if isinstance(found, str):
@@ -227,7 +219,7 @@ def plan_padding(
     dims = dict(found.tensor_dims)
     states = [Rows(dims[i]) if i in dims else None for i in range(len(placeholders))]
     try:
-        proof = prove(gm, found.symbol, states)
+        proof = prove(gm, found.symbol, states, rule_for)
     except Unproven as error:
         refuse(f"{error}; padding rows could change real rows there")
         return None
@@ -241,9 +233,7 @@ def plan_padding(
         )
     if not admitted:
         return None
-    padding = _padding(found, admitted, sizes[-1], proof.outputs)
-    gm.meta[PLAN_KEY] = padding
-    return padding
+    return _padding(found, admitted, sizes[-1], proof.outputs)
 
 
 def _padding(
@@ -262,14 +252,12 @@ def _padding(
     )
 
 
-def _written_input(gm: torch.fx.GraphModule, kinds: Sequence[Any]) -> str | None:
+def _written_input(gm: torch.fx.GraphModule, kinds: Sequence[InputKind]) -> str | None:
     """Why the graph writes an input in place (a buffer update, a KV-cache write), if it does.
 
     A padded call runs on padded copies: the write would go to the copy, or carry the padding
     rows into the caller's state.
     """
-    from npu_mempool import InputKind
-
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for index, kind in enumerate(kinds):
         if kind is not InputKind.MUTATED or index >= len(placeholders):

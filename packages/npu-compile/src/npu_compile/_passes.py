@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+from npu_streams import has_stream_ops
 
 from npu_compile import _reinplace, _torch_compat
-from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError
+
+if TYPE_CHECKING:
+    from npu_compile.configs.compiler_config import CompilerConfig
 
 __all__ = [
     "run_post_grad_passes",
@@ -214,8 +217,6 @@ def finish(
         config: The options.
         name: Name of the graph, for logs and dump files.
     """
-    from npu_streams import has_stream_ops
-
     aclgraph = config.debug.aclgraph
     functional = not aclgraph.disable_reinplace_inplaceable_ops_pass
     mutated = not aclgraph.disable_reinplace_input_mutated_ops_pass

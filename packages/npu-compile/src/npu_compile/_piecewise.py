@@ -17,19 +17,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import operator
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+from npu_mempool import InputKind
 
 from npu_compile._capturable import HOST_SYNC_OPS, called_op, op_name, op_tags, unsafe_tag
 from npu_compile._fallback import FallbackReason
 
-if TYPE_CHECKING:
-    from npu_compile._stats import BackendStats
-    from npu_compile.configs.compiler_config import CompilerConfig
+__all__ = ["Split", "piecewise", "pieces_to_capture", "split_points"]
 
-__all__ = ["Split", "piecewise", "split_points"]
+CompiledFn = Callable[..., Any]
 
 logger = logging.getLogger("npu_compile")
 
@@ -133,42 +132,14 @@ def _other_device(node: torch.fx.Node, device: torch.device) -> str | None:
     return None
 
 
-def _worth_capturing(gm: torch.fx.GraphModule) -> bool:
-    return any(
-        node.op == "call_function" and node.target not in _FREE_OPS for node in gm.graph.nodes
-    )
+def _worth_capturing(nodes: Sequence[torch.fx.Node]) -> bool:
+    return any(node.op == "call_function" and node.target not in _FREE_OPS for node in nodes)
 
 
-def piecewise(
-    gm: torch.fx.GraphModule,
-    splits: list[Split],
-    kinds: Sequence[Any],
-    config: CompilerConfig,
-    name: str,
-    device: torch.device,
-    stats: BackendStats,
-) -> tuple[torch.fx.GraphModule, int] | None:
-    """``gm`` with its capturable runs replaced by graph runners, or ``None`` if none is worth it.
-
-    Args:
-        gm: The AOT forward graph after every pass.
-        splits: Its split points (:func:`split_points`), not empty.
-        kinds: The input class of each of ``gm``'s placeholders.
-        config: The backend's options.
-        name: The FX graph's name; pieces are named ``<name>.piece<i>``.
-        device: The device the pieces capture on.
-        stats: Where the piece runners are registered.
-
-    Returns:
-        A GraphModule taking ``gm``'s inputs, which calls the pieces' runners and the split nodes
-        in order, and the number of pieces.
-    """
-    from npu_mempool import GraphRunner, InputKind, graph_pool_handle
-    from torch.fx.passes.split_module import split_module
-
-    from npu_compile._eager import forward_of
-    from npu_compile._lowering import capture_options
-
+def _partitions(
+    gm: torch.fx.GraphModule, splits: Sequence[Split]
+) -> tuple[dict[str, int], set[int]]:
+    """The partition of every node (split nodes get one of their own) and the eager ones."""
     eager_nodes = {s.node for s in splits}
     partition_of: dict[str, int] = {}
     eager_partitions: set[int] = set()
@@ -187,21 +158,52 @@ def piecewise(
             current += 1
         else:
             partition_of[node.name] = current
+    return partition_of, eager_partitions
 
+
+def pieces_to_capture(gm: torch.fx.GraphModule, splits: Sequence[Split]) -> int:
+    """How many pieces around ``splits`` are worth a graph (0: the graph runs eagerly)."""
+    partition_of, eager_partitions = _partitions(gm, splits)
+    members: dict[int, list[torch.fx.Node]] = {}
+    for node in gm.graph.nodes:
+        part = partition_of.get(node.name)
+        if part is not None and part not in eager_partitions:
+            members.setdefault(part, []).append(node)
+    return sum(1 for nodes in members.values() if _worth_capturing(nodes))
+
+
+def piecewise(
+    gm: torch.fx.GraphModule,
+    splits: Sequence[Split],
+    kinds: Sequence[InputKind],
+    make_runner: Callable[[torch.fx.GraphModule, list[InputKind]], CompiledFn],
+) -> torch.fx.GraphModule:
+    """``gm`` with its capturable runs replaced by graph runners.
+
+    Args:
+        gm: The AOT forward graph after every pass.
+        splits: Its split points (:func:`split_points`), with a piece worth capturing
+            (:func:`pieces_to_capture`).
+        kinds: The input class of each of ``gm``'s placeholders.
+        make_runner: Makes the runner of a piece (its graph and input classes, pieces in
+            order) and returns it as the function to call.
+
+    Returns:
+        A GraphModule taking ``gm``'s inputs, which calls the pieces' runners and the split nodes
+        in order.
+    """
+    from torch.fx.passes.split_module import split_module
+
+    partition_of, eager_partitions = _partitions(gm, splits)
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     kind_of = dict(zip(placeholders, kinds, strict=True))
     split = split_module(gm, gm, lambda node: partition_of[node.name], keep_original_order=True)
-    options = capture_options(config)
-    if options.pool is None:
-        # One pool for every piece of this graph.
-        options = dataclasses.replace(options, pool=graph_pool_handle(device))
-    pieces = 0
     eager_modules = {f"submod_{p}" for p in eager_partitions}
     for node in list(split.graph.nodes):
         if node.op != "call_module":
             continue
         submodule = getattr(split, str(node.target))
-        if str(node.target) in eager_modules or not _worth_capturing(submodule):
+        if str(node.target) in eager_modules or not _worth_capturing(list(submodule.graph.nodes)):
             continue
         piece_kinds = [
             kind_of.get(arg.name, InputKind.USER)
@@ -209,19 +211,9 @@ def piecewise(
             else InputKind.USER
             for arg in node.args
         ]
-        runner = GraphRunner(
-            forward_of(submodule),
-            input_kinds=piece_kinds,
-            options=options,
-            name=f"{name}.piece{pieces}",
-        )
-        stats.record_runner(runner)
         attribute = str(node.target)
         node.op = "call_function"
-        node.target = runner.as_function()
+        node.target = make_runner(submodule, piece_kinds)
         delattr(split, attribute)
-        pieces += 1
-    if pieces == 0:
-        return None
     split.recompile()
-    return split, pieces
+    return split

@@ -1,87 +1,108 @@
-"""The per-graph pipeline: Dynamo graph -> AOT forward graph -> passes -> graph runner.
+"""The per-graph pipeline: Dynamo graph -> AOT forward graph -> passes -> plan -> build.
 
-Per FX graph: capturability checks -> AOT autograd (in-place input updates such as a KV cache
-write stay inside the graph) with the forward compiler of ``_forward`` (input classes from AOT
-metadata -> post-grad passes -> ``npu_streams.prepare_for_capture`` -> ints as device scalars ->
-optional static kernels -> ``npu_mempool.GraphRunner``, built in ``_runners``) and, for training
-graphs, the backward compiler of ``_training``. A graph that cannot be captured runs eagerly
-after one logged reason (logger ``npu_compile``), or raises with ``debug.aclgraph.strict =
-True``; either way it names a ``FallbackReason`` code (``_eager.fall_back``).
+Per FX graph (:func:`compile_graph`): capturability checks, then AOT autograd (in-place input
+updates such as a KV cache write stay inside the graph) with :class:`ForwardCompiler` as its
+forward compiler and, for training graphs, ``_training.BackwardCompiler`` as its backward
+compiler. The forward compiler transforms the AOT forward graph (post-grad passes,
+``npu_streams.prepare_for_capture``), plans it (``_planner``: what it becomes, decided once, as
+a ``_plan.GraphPlan``), applies what the plan asks of the graph (ints as device scalars,
+reinplacing) and builds it (``_build``). A graph that cannot be captured runs eagerly after one
+logged reason (logger ``npu_compile``), or raises with ``debug.aclgraph.strict = True``; either
+way it names a ``FallbackReason`` code.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from npu_mempool import NpuMempoolError
+from npu_streams import NpuStreamsError, prepare_for_capture
 
-from npu_compile import _config_checks, _torch_compat
+from npu_compile import _passes, _torch_compat
 from npu_compile._accel import accelerator_device, first_tensor_device
-from npu_compile._capturable import external_state_reason, uncapturable_reason
+from npu_compile._build import build
+from npu_compile._capturable import (
+    TRAINING_REASON,
+    external_state_reason,
+    records_autograd,
+    uncapturable_reason,
+)
 from npu_compile._eager import fall_back
 from npu_compile._fallback import FallbackReason
-from npu_compile._forward import ForwardCompiler
+from npu_compile._inputs import input_kinds, runner_is_whole_call
+from npu_compile._plan import GraphFacts, GraphPlan, Route, fallback_plan
+from npu_compile._planner import plan_graph
+from npu_compile._summary import write_fx_summary
+from npu_compile._tensorify import tensorify_int_inputs
 from npu_compile._training import BackwardCompiler
-from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import NpuCompileError
 
 if TYPE_CHECKING:
+    from npu_compile._lowering import Settings
     from npu_compile._stats import BackendStats
 
-__all__ = ["bundling", "compile_graph"]
+__all__ = ["ForwardCompiler", "bundling", "compile_graph"]
 
 logger = logging.getLogger("npu_compile")
 
 CompiledFn = Callable[..., Any]
+Decompositions = Mapping[Any, Callable[..., Any]]
 _graph_ids = itertools.count()
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamoGraph:
+    """What the forward compiler needs to know of the Dynamo graph it compiles for.
+
+    Attributes:
+        name: The FX graph's name (``npu_compile_<n>``), used in logs and runner names.
+        device: The device the graph is captured on.
+        n_inputs: How many inputs Dynamo passes.
+        saving: Whether torch's AOT compile bundles the result to be saved.
+    """
+
+    name: str
+    device: torch.device
+    n_inputs: int
+    saving: bool
 
 
 def compile_graph(
     gm: torch.fx.GraphModule,
     example_inputs: list[object],
-    config: CompilerConfig,
+    settings: Settings,
     stats: BackendStats,
-    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+    decompositions: Decompositions,
 ) -> CompiledFn:
     """Compile one Dynamo graph: the callable Dynamo runs in its place."""
-    from npu_mempool import NpuMempoolError
-    from npu_streams import NpuStreamsError
     from torch._functorch.aot_autograd import aot_module_simplified
 
     name = f"npu_compile_{next(_graph_ids)}"
-    split = bool(config.aclgraph_config.piecewise)
-    if split:
+    if settings.piecewise:
         # What cannot be captured is split out of the AOT graph below, node by node.
         device = accelerator_device(example_inputs)
     else:
-        mixed = uncapturable_reason(gm, example_inputs)
-        if mixed is not None:
-            return fall_back(gm, name, FallbackReason.MIXED_DEVICES, mixed, config, stats)
         device = first_tensor_device(example_inputs)
-        external = external_state_reason(gm, device.type)
-        if external is not None:
-            return fall_back(gm, name, FallbackReason.EXTERNAL_STATE, external, config, stats)
-    config = _config_checks.resolve_pool(config, example_inputs)
-    decompositions = decompositions or {}
+        refused = _refused(gm, example_inputs, device)
+        if refused is not None:
+            return fall_back(gm, name, refused, settings.strict, stats)
+    settings = settings.for_inputs(example_inputs)
     # Under torch's AOT compile (vLLM's default) the compiled function must be saved and loaded
     # in another process: the forward compiler then returns a GraphArtifact (see _artifact).
-    saving = bundling()
-    backward = BackwardCompiler(name, config, stats)
-    forward = ForwardCompiler(
-        name=name,
-        config=config,
-        stats=stats,
-        n_dynamo_inputs=len(example_inputs),
-        device=device,
-        split=split,
-        saving=saving,
-        backward=backward,
+    graph = DynamoGraph(name, device, len(example_inputs), bundling())
+    backward = BackwardCompiler(name, settings, stats)
+    forward = ForwardCompiler(graph, settings, stats, backward)
+    keyed = (
+        _torch_compat.options_in_cache_key(settings.config, decompositions)
+        if graph.saving
+        else None
     )
-    keyed = _torch_compat.options_in_cache_key(config, decompositions) if saving else None
     try:
         with keyed or contextlib.nullcontext():
             compiled: CompiledFn = aot_module_simplified(
@@ -89,10 +110,10 @@ def compile_graph(
                 example_inputs,
                 fw_compiler=forward,
                 # While saving, a training graph runs eagerly: fw_compiler also gets its backward.
-                bw_compiler=None if saving else backward,
+                bw_compiler=None if graph.saving else backward,
                 decompositions=dict(decompositions),
                 keep_inference_input_mutations=bool(
-                    config.experimental_config.keep_inference_input_mutations
+                    settings.config.experimental_config.keep_inference_input_mutations
                 ),
             )
     except (NpuStreamsError, NpuMempoolError, NpuCompileError):
@@ -104,26 +125,28 @@ def compile_graph(
         raise
     except Exception as error:  # AOT cannot trace this graph: it still runs eagerly
         message = f"AOT autograd could not trace it ({type(error).__name__}: {error})"
-        eager = fall_back(gm, name, FallbackReason.AOT_TRACE_FAILED, message, config, stats)
-        if saving:
+        failed = (FallbackReason.AOT_TRACE_FAILED, message)
+        eager = fall_back(gm, name, failed, settings.strict, stats)
+        if graph.saving:
             # Dynamo's graph, saved as torch saves the `eager` backend's.
             from torch._dynamo.aot_compile_types import GraphModuleSerializableCallable
 
             return GraphModuleSerializableCallable(gm)
         return eager
-    plan = forward.plan
-    if plan is not None and plan.fallback is not None:
-        reason, message = plan.fallback
-        eager = fall_back(gm, name, reason, message, config, stats)
-        if not saving:
-            return eager
-    if saving:
-        from npu_compile._artifact import SerializedGraph
+    return forward.finish(gm, compiled)
 
-        return SerializedGraph(compiled, name)
-    if plan is not None and plan.bypass and plan.direct is not None:
-        return plan.direct
-    return compiled
+
+def _refused(
+    gm: torch.fx.GraphModule, example_inputs: list[object], device: torch.device
+) -> tuple[FallbackReason, str] | None:
+    """Why a graph that is not split cannot be captured at all, before AOT traces it."""
+    mixed = uncapturable_reason(gm, example_inputs)
+    if mixed is not None:
+        return FallbackReason.MIXED_DEVICES, mixed
+    external = external_state_reason(gm, device.type)
+    if external is not None:
+        return FallbackReason.EXTERNAL_STATE, external
+    return None
 
 
 def bundling() -> bool:
@@ -137,3 +160,116 @@ def bundling() -> bool:
         getattr(functorch_config, "bundled_autograd_cache", False)
         or getattr(functorch_config, "force_autograd_cache", False)
     )
+
+
+class ForwardCompiler:
+    """AOT autograd's ``fw_compiler`` for one Dynamo graph: transform, plan, build.
+
+    AOT's ``fw_compiler`` returns one callable, which AOT wraps. What else was decided (the
+    plan, and the built callable before AOT's wrapper) stays here for :meth:`finish`, which
+    ``compile_graph`` calls once AOT returns.
+
+    Args:
+        graph: The Dynamo graph it compiles for.
+        settings: The lowered options (pool id tuples already resolved).
+        stats: The backend's statistics.
+        backward: The backward compiler of the same graph, told about training forwards.
+    """
+
+    def __init__(
+        self,
+        graph: DynamoGraph,
+        settings: Settings,
+        stats: BackendStats,
+        backward: BackwardCompiler,
+    ) -> None:
+        self.graph = graph
+        self.settings = settings
+        self.stats = stats
+        self.backward = backward
+        # The grad mode of the call being compiled (AOT compiles the forward graph without grad).
+        self.grad_enabled = torch.is_grad_enabled()
+        self._plan: GraphPlan | None = None
+        self._built: CompiledFn | None = None
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
+        """Compile AOT's forward graph ``gm``; AOT gets the callable (or its artifact)."""
+        plan, prepared = self.plan(gm, example_inputs)
+        self._plan = plan
+        self._built = build(plan, prepared, self.settings, self.stats)
+        compiled = self._built
+        if self.graph.saving:
+            # Saved and loaded in another process: AOT gets a GraphArtifact (see _artifact).
+            from npu_compile._artifact import GraphArtifact
+
+            artifact = GraphArtifact(plan=plan, settings=self.settings, gm=prepared)
+            compiled = artifact.bind(compiled)
+        # A training forward holds its thread's step until its backward has run (_training).
+        return self.backward.track(compiled)
+
+    def plan(
+        self, fw_gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+    ) -> tuple[GraphPlan, torch.fx.GraphModule]:
+        """Transform the AOT forward graph, decide what it becomes, and apply the decision."""
+        from torch._guards import TracingContext
+
+        settings, graph = self.settings, self.graph
+        context = TracingContext.try_get()
+        meta = context.fw_metadata if context is not None else None
+        kinds = tuple(input_kinds(meta, example_inputs))
+        # A training graph: AOT's forward (outputs, then saved tensors) is captured below, behind
+        # AOT's autograd wrapper, and the backward compiler captures the backward graph; only a
+        # graph being saved cannot be (see TRAINING_REASON).
+        training = meta is not None and records_autograd(meta, self.grad_enabled)
+        facts = GraphFacts(graph.name, graph.device, kinds, training=training)
+        if training:
+            if graph.saving:
+                return fallback_plan(facts, FallbackReason.TRAINING, TRAINING_REASON), fw_gm
+            self.backward.saw_forward(fw_gm, kinds)
+        fw_gm = _passes.run_post_grad_passes(fw_gm, example_inputs, settings.config, graph.name)
+        prepared = prepare_for_capture(fw_gm)
+        # A saved graph runs behind AOT's wrapper, which it brings along; never bypass it then.
+        bypass = (
+            not graph.saving
+            and meta is not None
+            and runner_is_whole_call(meta, fw_gm, graph.n_inputs)
+        )
+        plan = plan_graph(
+            prepared, example_inputs, dataclasses.replace(facts, bypass=bypass), settings
+        )
+        if plan.route is Route.FALLBACK:
+            return plan, prepared
+        if plan.tensorify:
+            # Ints that decide no shape become device scalars: one graph for all their values.
+            # Before the reinplacing below, which would otherwise keep the int arithmetic apart.
+            tensorified = tensorify_int_inputs(prepared, example_inputs)
+            plan = dataclasses.replace(plan, tensorified=tensorified)
+        finishing = settings.config
+        if plan.splits:
+            # A piece gets the tensors made between pieces as copied inputs: an op reinplaced
+            # onto one would write the copy, not the tensor later pieces read.
+            finishing = finishing.copy()
+            finishing.debug.aclgraph.disable_reinplace_inplaceable_ops_pass = True
+        _passes.finish(prepared, example_inputs, finishing, graph.name)
+        write_fx_summary(prepared, settings.config, graph.name)
+        return plan, prepared
+
+    def finish(self, gm: torch.fx.GraphModule, compiled: CompiledFn) -> CompiledFn:
+        """What Dynamo gets, once AOT returned ``compiled`` (AOT's wrapper around ours).
+
+        Args:
+            gm: The Dynamo graph, which a fallback runs (logged here, once).
+            compiled: What AOT autograd returned.
+        """
+        plan, settings, saving = self._plan, self.settings, self.graph.saving
+        if plan is not None and plan.fallback is not None:
+            eager = fall_back(gm, self.graph.name, plan.fallback, settings.strict, self.stats)
+            if not saving:
+                return eager
+        if saving:
+            from npu_compile._artifact import SerializedGraph
+
+            return SerializedGraph(compiled, self.graph.name)
+        if plan is not None and plan.bypass and self._built is not None:
+            return self._built
+        return compiled

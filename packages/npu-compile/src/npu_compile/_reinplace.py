@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from npu_streams import STREAM_META_KEY
 from torch.fx import Node
 
 __all__ = ["reinplace_input_mutations", "reinplace_intermediates"]
@@ -199,7 +200,6 @@ def _copies_into_inputs(graph: torch.fx.Graph) -> list[Node]:
 
 
 def _streams(nodes: Iterable[Node]) -> set[Any]:
-    from npu_streams import STREAM_META_KEY
 
     return {node.meta.get(STREAM_META_KEY) for node in nodes} - {None}
 

@@ -8,11 +8,13 @@ import os
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from npu_compile.configs.compiler_config import CompilerConfig
+if TYPE_CHECKING:
+    from npu_compile.configs.compiler_config import CompilerConfig
+
 
 __all__ = ["write_fx_summary"]
 

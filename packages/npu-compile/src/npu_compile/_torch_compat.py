@@ -16,11 +16,13 @@ import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from npu_compile.configs.compiler_config import CompilerConfig
+if TYPE_CHECKING:
+    from npu_compile.configs.compiler_config import CompilerConfig
+
 
 __all__ = ["NewGuardError", "no_new_guards", "options_in_cache_key"]
 

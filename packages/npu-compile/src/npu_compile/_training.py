@@ -39,14 +39,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import npu_mempool
 import torch
+from npu_mempool import InputKind
+from npu_streams import prepare_for_capture
 
 from npu_compile._capturable import host_sync_reason
 from npu_compile._fallback import FallbackReason
-from npu_compile._lowering import capture_options
-from npu_compile.configs.compiler_config import CompilerConfig
 
 if TYPE_CHECKING:
+    from npu_compile._lowering import Settings
     from npu_compile._stats import BackendStats
 
 __all__ = ["BackwardCompiler", "release_holds"]
@@ -63,8 +65,6 @@ _holding_lock = threading.Lock()
 
 def release_holds() -> None:
     """End every step hold of a training forward (a backward ran, or Dynamo was reset)."""
-    import npu_mempool
-
     if not _holding:
         return
     with _holding_lock:
@@ -79,27 +79,25 @@ class BackwardCompiler:
 
     Args:
         name: The FX graph's name (the backward's runner is ``<name>_backward``).
-        config: The options.
+        settings: The lowered options.
         stats: The backend's statistics (the runner is listed there; ``captured`` counts FX
             graphs, so it does not move).
     """
 
-    def __init__(self, name: str, config: CompilerConfig, stats: BackendStats) -> None:
+    def __init__(self, name: str, settings: Settings, stats: BackendStats) -> None:
         self.name = f"{name}_backward"
-        self._config = config
+        self._settings = settings
         self._stats = stats
         self._parameters: frozenset[str] = frozenset()
         self._training = False
 
-    def saw_forward(self, fw_gm: torch.fx.GraphModule, kinds: Sequence[Any]) -> None:
+    def saw_forward(self, fw_gm: torch.fx.GraphModule, kinds: Sequence[InputKind]) -> None:
         """Remember which forward nodes are a parameter or a view of one (before passes).
 
         AOT's partitioner gives each saved tensor's backward placeholder the name of the forward
         node that computed it; a saved parameter (``primals_1``) or view of one (``t_1``) is then
         the parameter's own memory, at the parameter's address, on every step.
         """
-        from npu_mempool import InputKind
-
         self._training = True
         placeholders = [n for n in fw_gm.graph.nodes if n.op == "placeholder"]
         names = {
@@ -126,7 +124,6 @@ class BackwardCompiler:
         """
         if not self._training:
             return forward
-        import npu_mempool
 
         def hold() -> None:
             thread = npu_mempool.hold_step()
@@ -168,8 +165,6 @@ class BackwardCompiler:
         return self._released(self._compile(gm, example_inputs))
 
     def _compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
-        from npu_mempool import GraphRunner, InputKind
-        from npu_streams import prepare_for_capture
 
         from npu_compile._eager import forward_of
 
@@ -177,12 +172,7 @@ class BackwardCompiler:
         reason = host_sync_reason(prepared)
         if reason is not None:
             return _boxed(self._fallback(prepared, FallbackReason.HOST_SYNC, reason))
-        summary = self._config.debug.fx_summary
-        if (
-            self._config.debug.run_eagerly
-            or self._config.debug.data_dump.enabled
-            or (summary.enabled and summary.skip_compile)
-        ):
+        if not self._settings.capture:
             return _boxed(forward_of(prepared))
         placeholders = [n for n in prepared.graph.nodes if n.op == "placeholder"]
         kinds = [
@@ -193,8 +183,8 @@ class BackwardCompiler:
         # into graph buffers whatever clone_input says, since without the copy a later call
         # would be copied into the first call's tensors, which may be someone's gradient now.
         # Its outputs are kept while held (see the module docstring).
-        options = replace(capture_options(self._config), clone_input=True, keep_held_outputs=True)
-        runner = GraphRunner(
+        options = replace(self._settings.capture_options, clone_input=True, keep_held_outputs=True)
+        runner = npu_mempool.GraphRunner(
             forward_of(prepared), input_kinds=kinds, options=options, name=self.name
         )
         self._stats.record_runner(runner)
@@ -212,7 +202,7 @@ class BackwardCompiler:
     ) -> CompiledFn:
         from npu_compile._eager import fall_back
 
-        return fall_back(gm, self.name, reason, message, self._config, self._stats)
+        return fall_back(gm, self.name, (reason, message), self._settings.strict, self._stats)
 
 
 def _boxed(fn: CompiledFn) -> CompiledFn:

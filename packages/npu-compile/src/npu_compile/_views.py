@@ -8,10 +8,11 @@ adds that ``.value`` (get and set), so both ``if config.debug.run_eagerly:`` and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from npu_compile._options import _Node
+#: The config group an option belongs to: a view only sets the option on it by name, so any
+#: object will do (and this module need not know ``_options``, which builds on it).
+_Node = object
 
 
 class BoolView(int):

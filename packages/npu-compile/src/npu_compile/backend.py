@@ -3,8 +3,9 @@
 ``torch.compile(model, backend=get_npu_backend(compiler_config=config))``, or, with no import,
 ``torch.compile(model, backend="npu_compile")`` (a ``torch_dynamo_backends`` entry point).
 
-What the backend does per FX graph is in ``_pipeline`` (checks in ``_capturable``, input classes
-in ``_inputs``, config lowering in ``_lowering``); this module holds the backend object.
+The backend lowers its config once (``_lowering``); what it does per FX graph is in
+``_pipeline`` (transform, plan in ``_plan``, build in ``_build``); this module holds the backend
+object.
 
 Steps. Each top-level call of a compiled function begins a new step for its thread (unless a
 backward is pending, see ``_training``): runners may then overwrite what they handed out in
@@ -29,6 +30,7 @@ import npu_mempool
 import torch
 
 from npu_compile import _config_checks, _logs, _passes
+from npu_compile._lowering import lower
 from npu_compile._pipeline import compile_graph
 from npu_compile._stats import BackendStats, loaded_stats
 from npu_compile._training import release_holds
@@ -54,9 +56,17 @@ class NpuBackend:
 
     Use :func:`get_npu_backend` to make one. Calling it is Dynamo's job.
 
+    Args:
+        config: The options; ``None`` means the defaults.
+        custom_decompositions: ``{ATen op overload: function}`` applied while AOT autograd
+            traces the graph.
+        capture: ``False`` runs every graph through the pipeline without capturing it, for an
+            engine that captures the compiled function itself (vLLM's static-graph wrapper).
+
     Attributes:
         config: The configuration (a private copy; later edits to the caller's object have no
             effect).
+        capture: Whether graphs are captured (see ``capture`` above).
         stats: :class:`BackendStats` of the FX graphs this backend compiled.
     """
 
@@ -66,6 +76,8 @@ class NpuBackend:
         self,
         config: CompilerConfig | None = None,
         custom_decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+        *,
+        capture: bool = True,
     ) -> None:
         if config is not None and not isinstance(config, CompilerConfig):
             raise BackendError(
@@ -73,9 +85,12 @@ class NpuBackend:
                 f"{type(config).__name__}: build one with npu_compile.CompilerConfig()"
             )
         self.config = (config or CompilerConfig()).copy()
+        self.capture = capture
         self.stats = BackendStats()
         self.decompositions = _passes.check_decompositions(custom_decompositions)
         _config_checks.check_mode(self.config)
+        # Lowered once: every graph of this backend reads the same frozen settings.
+        self._settings = lower(self.config, capture=capture)
         self._warned: set[str] = set()
         _config_checks.warn_no_effect(self.config, self._warned)
         _logs.register()
@@ -89,11 +104,12 @@ class NpuBackend:
         return (
             isinstance(other, NpuBackend)
             and other.config == self.config
+            and other.capture == self.capture
             and other.decompositions == self.decompositions
         )
 
     def __hash__(self) -> int:
-        return hash(("NpuBackend", self.config))
+        return hash(("NpuBackend", self.config, self.capture))
 
     def __repr__(self) -> str:
         return f"NpuBackend({self.config!r})"
@@ -135,17 +151,18 @@ class NpuBackend:
         Returns:
             The callable Dynamo runs in place of the graph.
         """
-        config = self.config
+        settings = self._settings
         if mode not in (None, "default", "reduce-overhead"):
             raise BackendError(
                 f"torch.compile(mode={mode!r}) is not supported by the npu_compile backend; "
                 "use mode='reduce-overhead' or leave mode out"
             )
         if options is not None:
-            config = config.with_options(options)
+            config = self.config.with_options(options)
             _config_checks.warn_no_effect(config, self._warned)
+            settings = lower(config, capture=self.capture)
         self.stats.fx_graphs += 1
-        return compile_graph(gm, list(example_inputs), config, self.stats, self.decompositions)
+        return compile_graph(gm, list(example_inputs), settings, self.stats, self.decompositions)
 
 
 def get_npu_backend(

@@ -82,8 +82,6 @@ class NpuCompilerInterface(CompilerInterface):
 
     def _new_backend(self, options: dict[str, Any]) -> NpuBackend:
         config = CompilerConfig().with_options(options)
-        # vLLM's static-graph wrapper captures; this compiler only prepares the piece.
-        config.debug.run_eagerly = True
         static = config.experimental_config.aclgraph
         if (
             static._aclnn_static_shape_kernel
@@ -91,7 +89,8 @@ class NpuCompilerInterface(CompilerInterface):
             and static._aclnn_static_shape_kernel_build_dir is None
         ):
             static._aclnn_static_shape_kernel_build_dir = self._build_dir
-        return NpuBackend(config)
+        # vLLM's static-graph wrapper captures; this compiler only prepares the piece.
+        return NpuBackend(config, capture=False)
 
     def compile(
         self,

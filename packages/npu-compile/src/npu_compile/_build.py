@@ -1,0 +1,167 @@
+"""Build: a :class:`~npu_compile._plan.GraphPlan` and its graph made into the callable to run.
+
+One step for both ways a graph arrives: compiled in this process (``_pipeline``), or loaded from
+a saved artifact (``_artifact``), which builds from the plan saved with it. Every runner is
+recorded in the backend's :class:`~npu_compile._stats.BackendStats` and logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import npu_mempool
+import torch
+
+from npu_compile import _dump, _logs, _passes
+from npu_compile._eager import forward_of, static_kernels_lost
+from npu_compile._fallback import FallbackReason
+from npu_compile._lowering import specialized_per_shape, specializer
+from npu_compile._piecewise import piecewise
+from npu_compile._plan import Route
+from npu_compile._stats import loaded_stats
+
+if TYPE_CHECKING:
+    from npu_mempool import InputKind
+
+    from npu_compile._lowering import Settings
+    from npu_compile._plan import GraphPlan
+    from npu_compile._stats import BackendStats
+
+__all__ = ["build", "build_loaded"]
+
+logger = logging.getLogger("npu_compile")
+
+CompiledFn = Callable[..., Any]
+
+
+def build(
+    plan: GraphPlan, gm: torch.fx.GraphModule, settings: Settings, stats: BackendStats
+) -> CompiledFn:
+    """The callable that runs ``gm`` as ``plan`` says.
+
+    A ``FALLBACK`` plan gives the graph's own forward: logging and recording the fallback is
+    the caller's (it happens once per FX graph, on whichever graph the caller runs).
+    """
+    if plan.route is Route.FALLBACK:
+        return forward_of(gm)
+    if plan.route is Route.EAGER:
+        stats.eager += 1
+        dumper = _dump.data_dumper(gm, settings.config, plan.name)
+        return dumper or eager_forward(gm, settings, plan.name, stats)
+    if plan.route is Route.PIECES:
+        return _pieces(plan, gm, settings, stats)
+    return _runner(plan, gm, settings, stats)
+
+
+def build_loaded(plan: GraphPlan, gm: torch.fx.GraphModule, settings: Settings) -> CompiledFn:
+    """:func:`build` for a graph loaded from a saved artifact, counted in ``loaded_stats``."""
+    loaded_stats.fx_graphs += 1
+    if plan.fallback is not None:
+        reason, message = plan.fallback
+        logger.warning("FX graph %s runs eagerly (%s): %s", plan.name, reason, message)
+        loaded_stats.record_fallback(plan.name, reason, message)
+    return build(plan, gm, settings, loaded_stats)
+
+
+def eager_forward(
+    gm: torch.fx.GraphModule, settings: Settings, name: str, stats: BackendStats
+) -> CompiledFn:
+    """The graph run without capture; with static kernels on, per shape, as documented."""
+    forward = forward_of(gm)
+    hook = specializer(settings, gm, name, static_kernels_lost(name, stats))
+    specialize = _passes.filter_specializer(settings.config, hook, forward)
+    if specialize is not None:
+        # The whole pipeline but the capture: static kernels included.
+        forward = specialized_per_shape(specialize, forward)
+    return forward
+
+
+def _runner(
+    plan: GraphPlan, gm: torch.fx.GraphModule, settings: Settings, stats: BackendStats
+) -> CompiledFn:
+
+    name = plan.name
+    forward = forward_of(gm)
+    hook = specializer(settings, gm, name, static_kernels_lost(name, stats))
+    specialize = _passes.filter_specializer(settings.config, hook, forward)
+    runner = npu_mempool.GraphRunner(
+        forward,
+        input_kinds=plan.kinds,
+        options=settings.capture_options,
+        specialize=specialize,
+        name=name,
+        guarded=None if plan.guarded is None else list(plan.guarded),
+    )
+    stats.captured += 1
+    stats.record_runner(runner)
+    _report(plan, gm, static_kernels=specialize is not None)
+    # The runner as a plain function: what Dynamo calls on every step, so the cheapest form.
+    function = runner.as_function()
+    if plan.tensorified is not None:
+        function = plan.tensorified.wrap(function, torch.device(plan.device))
+    if plan.padding is not None:
+        function = plan.padding.wrap(function, forward, name)
+    return function
+
+
+def _pieces(
+    plan: GraphPlan, gm: torch.fx.GraphModule, settings: Settings, stats: BackendStats
+) -> CompiledFn:
+
+    options = settings.capture_options
+    if options.pool is None:
+        # One pool for every piece of this graph.
+        options = dataclasses.replace(
+            options, pool=npu_mempool.graph_pool_handle(torch.device(plan.device))
+        )
+
+    made: list[str] = []
+
+    def make_runner(piece: torch.fx.GraphModule, kinds: list[InputKind]) -> CompiledFn:
+        name = f"{plan.name}.piece{len(made)}"
+        made.append(name)
+        runner = npu_mempool.GraphRunner(
+            forward_of(piece), input_kinds=kinds, options=options, name=name
+        )
+        stats.record_runner(runner)
+        return runner.as_function()
+
+    split_gm = piecewise(gm, plan.splits, plan.kinds, make_runner)
+    pieces = len(made)
+    chosen = all(s.reason is FallbackReason.SPLITTING_OPS for s in plan.splits)
+    described = tuple(s.describe() for s in plan.splits)
+    logger.log(
+        logging.INFO if chosen else logging.WARNING,
+        "FX graph %s captured in %d piece(s); run eagerly between them: %s",
+        plan.name,
+        pieces,
+        "; ".join(described),
+    )
+    stats.captured += 1
+    stats.record_split(plan.name, pieces, described)
+    _logs.dump_graph(plan.name, split_gm)
+    return forward_of(split_gm)
+
+
+def _report(plan: GraphPlan, gm: torch.fx.GraphModule, *, static_kernels: bool) -> None:
+    kinds: Sequence[InputKind] = plan.kinds
+    counts = {kind: sum(1 for k in kinds if k is kind) for kind in dict.fromkeys(kinds)}
+    classes = ", ".join(f"{n} {kind.name.lower()}" for kind, n in counts.items())
+    logger.info(
+        "FX graph %s: %d inputs (%s) captured per graph key%s",
+        plan.name,
+        len(kinds),
+        classes or "none",
+        " with static kernels" if static_kernels else "",
+    )
+    logger.debug(
+        "FX graph %s: input classes %s; ints passed as device scalars at %s; AOT wrapper %s",
+        plan.name,
+        [kind.name for kind in kinds],
+        list(plan.tensorified.inputs) if plan.tensorified is not None else [],
+        "skipped" if plan.bypass else "kept",
+    )
+    _logs.dump_graph(plan.name, gm)

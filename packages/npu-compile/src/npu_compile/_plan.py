@@ -1,0 +1,101 @@
+"""Plan: what one AOT forward graph becomes, decided once, as a frozen :class:`GraphPlan`.
+
+The pipeline transforms a graph (passes, stream preparation), then ``_planner.plan_graph``
+decides, from the graph and the lowered :class:`~npu_compile._lowering.Settings` alone, what it
+becomes:
+
+* ``CAPTURE``: one graph runner, optionally behind padding to the capture sizes;
+* ``PIECES``: captured pieces with the nodes that cannot be captured run eagerly between them;
+* ``EAGER``: the whole pipeline without capture (``debug.run_eagerly``, dumps, or an engine that
+  captures itself);
+* ``FALLBACK``: the graph runs eagerly, for a :class:`FallbackReason` that is logged once.
+
+``_build.build`` turns a plan into the callable. The plan is saved in the artifact of a graph
+that torch's AOT compile bundles, so a graph loaded in another process is built from the same
+decisions, never decided again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from npu_mempool import InputKind
+
+    from npu_compile._fallback import FallbackReason
+    from npu_compile._padding import Padding
+    from npu_compile._piecewise import Split
+    from npu_compile._tensorify import Tensorified
+
+__all__ = ["GraphFacts", "GraphPlan", "Route", "fallback_plan"]
+
+
+class Route(enum.Enum):
+    """What a graph becomes."""
+
+    CAPTURE = "capture"
+    PIECES = "pieces"
+    EAGER = "eager"
+    FALLBACK = "fallback"
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphFacts:
+    """What the pipeline knows of a graph before planning it.
+
+    Attributes:
+        name: The FX graph's name (``npu_compile_<n>``).
+        device: The device it is captured on.
+        kinds: The input class of each graph input.
+        training: Whether the forward records autograd (its saved tensors are outputs too).
+        bypass: Whether AOT's runtime wrapper would add nothing, so the runner is what Dynamo
+            calls.
+    """
+
+    name: str
+    device: torch.device
+    kinds: tuple[InputKind, ...]
+    training: bool = False
+    bypass: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphPlan:
+    """What one graph becomes (see the module docstring).
+
+    Attributes:
+        name: The FX graph's name.
+        device: The device it runs on.
+        route: What it becomes.
+        kinds: The input class of each graph input.
+        fallback: Why it runs eagerly, and the message (``FALLBACK`` only).
+        splits: The nodes that run eagerly between pieces (``PIECES``).
+        padding: How calls are padded to the capture sizes (``CAPTURE``), if they are.
+        tensorify: Whether ints that decide no shape become device scalars (``CAPTURE``).
+        tensorified: Which inputs and outputs that made device scalars, once done.
+        guarded: Per input, whether Dynamo's guards pin it down (only when ``bypass``).
+        bypass: Whether AOT's runtime wrapper is skipped.
+    """
+
+    name: str
+    device: str
+    route: Route
+    kinds: tuple[InputKind, ...] = ()
+    fallback: tuple[FallbackReason, str] | None = None
+    splits: tuple[Split, ...] = ()
+    padding: Padding | None = None
+    tensorify: bool = False
+    tensorified: Tensorified | None = None
+    guarded: tuple[bool, ...] | None = None
+    bypass: bool = False
+
+
+def fallback_plan(facts: GraphFacts, reason: FallbackReason, message: str) -> GraphPlan:
+    """A plan that runs the graph eagerly for ``reason``."""
+    return GraphPlan(
+        facts.name, str(facts.device), Route.FALLBACK, facts.kinds, fallback=(reason, message)
+    )
