@@ -27,6 +27,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import torch
+from npu_mempool import CaptureOptions, GraphRunner, InputKind, PoolHandle, graph_pool_handle
 from torch.utils import _pytree as pytree
 
 from npu_compile._accel import first_tensor_device
@@ -35,14 +36,12 @@ __all__ = ["NpuGraphWrapper"]
 
 logger = logging.getLogger("npu_compile")
 
-_pools: dict[str, Any] = {}
+_pools: dict[str, PoolHandle] = {}
 _pools_lock = threading.Lock()
 
 
-def _shared_pool(device: torch.device) -> Any:
+def _shared_pool(device: torch.device) -> PoolHandle:
     # One pool per device for every wrapper of the process, made at the first capture.
-    from npu_mempool import graph_pool_handle
-
     key = str(device)
     with _pools_lock:
         pool = _pools.get(key)
@@ -98,7 +97,7 @@ class NpuGraphWrapper:
         self.vllm_config = vllm_config
         self.runtime_mode = runtime_mode
         self.gc_disable = bool(getattr(cudagraph_options, "gc_disable", False))
-        self._runners: dict[Hashable, Any] = {}
+        self._runners: dict[Hashable, GraphRunner] = {}
         self._lock = threading.Lock()
 
     def __getattr__(self, key: str) -> Any:
@@ -147,9 +146,9 @@ class NpuGraphWrapper:
         with _gc_paused(self.gc_disable):
             return runner(*leaves)
 
-    def _new_runner(self, descriptor: Hashable, leaves: list[Any], spec: Any) -> Any:
-        from npu_mempool import CaptureOptions, GraphRunner, InputKind
-
+    def _new_runner(
+        self, descriptor: Hashable, leaves: list[Any], spec: pytree.TreeSpec
+    ) -> GraphRunner:
         try:
             from vllm.compilation.monitor import validate_cudagraph_capturing_enabled
         except ImportError:  # an older vLLM: nothing to validate
