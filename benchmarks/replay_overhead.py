@@ -4,7 +4,10 @@ The chain is ``--kernels`` elementwise ops on a tiny tensor, the host-bound case
 "raw replay" is the least a graph call can do: copy the new input into the static input, replay.
 "runner" is ``GraphRunner.__call__`` doing the same work plus its key lookup and bookkeeping; the
 target is runner <= 1.2 x raw replay on a device. A second table times a one-kernel graph, where
-the runner's own Python overhead is most visible.
+the runner's own Python overhead is most visible. "py calls" counts the Python frames one replay
+through ``runner.as_function()`` opens, from that function's frame to its return, the call of the
+graph's ``replay`` included but not the frames inside it (the CPU emulation's re-run of the ops,
+which a device replay does not have); C calls are not counted.
 
 On a CPU-only machine the graph is npu-mempool's emulated graph (replay re-runs the ops and copies
 into the static output), so the numbers measure the runner's overhead, not a device graph.
@@ -17,11 +20,14 @@ Prints a table and writes ``benchmarks/results/replay_overhead.json``. Needs tor
 from __future__ import annotations
 
 import argparse
+import gc
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import npu_mempool
@@ -92,6 +98,35 @@ def time_calls(
     return (time.perf_counter() - start) / calls * 1e6
 
 
+def python_calls_per_replay(function: Callable[[torch.Tensor], Any], x: torch.Tensor) -> int:
+    """Python frames one call of ``function`` (a replay) opens outside the graph's own replay."""
+    devices = str(Path(npu_mempool.__file__).parent / "_devices")
+    counted = 0
+    inside = 0  # frames open inside the graph's replay
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        nonlocal counted, inside
+        if event == "call":
+            if inside:
+                inside += 1
+                return
+            counted += 1
+            code = frame.f_code
+            if code.co_name == "replay" and code.co_filename.startswith(devices):
+                inside = 1  # a graph's replay: what runs inside it is the device's work
+        elif event == "return" and inside:
+            inside -= 1
+
+    gc.disable()
+    sys.setprofile(profile)
+    try:
+        function(x)
+    finally:
+        sys.setprofile(None)
+        gc.enable()
+    return counted
+
+
 def measure(kernels: int, calls: int, repeats: int, device: torch.device) -> dict[str, float]:
     fn = make_chain(kernels)
     x = torch.randn(16, device=device)
@@ -109,11 +144,16 @@ def measure(kernels: int, calls: int, repeats: int, device: torch.device) -> dic
         for _ in range(repeats):  # interleaved so drift hits every variant alike
             for name, call in variants.items():
                 samples[name].append(time_calls(call, x, device, calls))
+        function = runner.as_function()
+        replays = runner.counters.replays
+        calls_per_replay = python_calls_per_replay(function, x)
+        assert runner.counters.replays == replays + 1, "the counted call was not a replay"
     # The minimum is the least noisy estimate of a fixed per-call cost on a shared machine.
     result = {name: min(values) for name, values in samples.items()}
     result.update({f"{name}_median": statistics.median(v) for name, v in samples.items()})
     result["runner_over_raw"] = result["runner"] / result["raw_replay"]
     result["runner_overhead_us"] = result["runner"] - result["raw_replay"]
+    result["python_calls_per_replay"] = calls_per_replay
     return result
 
 
@@ -133,6 +173,7 @@ def main() -> None:
     print(f"device: {device}  graph: {graph}  torch {torch.__version__}")
     header = (
         f"{'workload':<16}{'eager':>11}{'raw replay':>12}{'runner':>11}{'overhead':>11}{'ratio':>8}"
+        f"{'py calls':>10}"
     )
     print(header)
     print("-" * len(header))
@@ -140,6 +181,7 @@ def main() -> None:
         print(
             f"{name:<16}{r['eager']:>9.2f}us{r['raw_replay']:>10.2f}us{r['runner']:>9.2f}us"
             f"{r['runner_overhead_us']:>9.2f}us{r['runner_over_raw']:>7.2f}x"
+            f"{r['python_calls_per_replay']:>10.0f}"
         )
     path = write_json(
         args.out / "replay_overhead.json",
@@ -151,6 +193,8 @@ def main() -> None:
             "calls": args.calls,
             "repeats": args.repeats,
             "unit": "us per call (min of repeats; *_median: median)",
+            "python_calls_per_replay": "Python frames of one replay through as_function(), "
+            "the graph's replay call included, the frames inside it not",
             "rows": rows,
         },
     )

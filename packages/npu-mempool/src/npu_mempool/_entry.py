@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -9,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from torch.autograd import profiler
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from npu_mempool._devices import Graph
@@ -23,7 +25,7 @@ from npu_mempool._steps import (
     step_token,
     swappable,
 )
-from npu_mempool._trace import profiled, profiling
+from npu_mempool._trace import profiled
 
 __all__ = ["Entry", "Reclaim", "reclaiming"]
 
@@ -94,11 +96,18 @@ class Entry:
     """A captured graph and everything its replay needs, prepared once at capture.
 
     A replay copies the call's USER inputs into the static input buffers, replays the graph and
-    hands the static outputs out (see [Note: output liveness] in ``_outputs``).
+    hands the static outputs out (see [Note: output liveness] in ``_outputs``). It runs on every
+    call of a captured key, so everything it can know in advance is worked out here: the input
+    copy, the output builder, the storages whose use counts tell liveness, the pool's record of
+    lenders, bound methods. On a free graph its hot path (:meth:`idle`, :meth:`replay`,
+    :meth:`hand_out`) calls C functions only, apart from the graph's replay and the step token of
+    a hand-out.
     """
 
     __slots__ = (
         "__weakref__",
+        "_alone",
+        "_build",
         "_clone_output",
         "_copy",
         "_dst",
@@ -106,11 +115,13 @@ class Entry:
         "_in_pool",
         "_leaves",
         "_lend",
+        "_lent",
+        "_mine",
         "_owner",
         "_per_call",
-        "_shape",
+        "_replay_graph",
+        "_storages",
         "_user",
-        "_uses",
         "coexists",
         "graph",
         "key",
@@ -148,6 +159,7 @@ class Entry:
         # of one split graph, each fed by the one before, or two runners sharing a pool in turn).
         self.coexists = coexists
         self.graph = graph
+        self._replay_graph = graph.replay
         self.pool = pool
         # The pool's bookkeeping: this graph records its lent outputs there on every hand-out.
         self.state: PoolState = state_of(pool)
@@ -157,12 +169,15 @@ class Entry:
         # graph still serves the caller's tensors; once one died, the graph is stale. None:
         # liveness cannot tell (an output pins a MUTATED input).
         self.storages = storages
-        self._user = user
+        # The input copy: the call's USER tensors (picked by position) into the static buffers.
+        self._user = tuple(user)
         self._dst = dst
         self._copy: Callable[[list[torch.Tensor], list[torch.Tensor]], None] = (
             torch._foreach_copy_ if clone_input else _copy_moved
         )
-        self._shape = shape
+        # The container the callable returned, rebuilt around the leaves (a C callable for a
+        # tensor, a tuple or a list).
+        self._build = shape.builder()
         self._leaves = leaves
         # Positions of the outputs in pool memory: the ones handed out as views (or clones).
         self._in_pool = tuple(i for i, mine in enumerate(owned) if mine)
@@ -178,23 +193,41 @@ class Entry:
             if mine:
                 cdata = leaf.untyped_storage()._cdata
                 uses[cdata] = storage_uses(cdata)
-        self._uses = tuple(uses.items())
+        # Two columns, so that the liveness check of every call maps C functions over them.
+        self._storages = tuple(uses)
+        self._mine = tuple(uses.values())
         # The outputs handed out (weakly) with the step they were handed out in: after a step
         # boundary they may be taken back (see _steps).
         self._handed: list[tuple[weakref.ref[torch.Tensor], StepToken]] = []
         self._lend = self.state.lending(self)
+        # The graphs of the pool that lent outputs out (a live view), and this graph alone: while
+        # no other graph is recorded there, the pool holds nothing else of this graph's memory.
+        self._lent = self.state.lenders()
+        self._alone = frozenset((id(self),))
 
     def in_use(self) -> bool:
         """Whether an output this graph handed out (or a view of one) is still alive."""
-        return any(storage_uses(cdata) > mine for cdata, mine in self._uses)
+        return any(map(operator.gt, map(storage_uses, self._storages), self._mine))
+
+    def idle(self) -> bool:
+        """Whether the graph may replay now: nothing uses the memory it writes.
+
+        No output it handed out (or a view of one) is alive, and no other graph of its pool
+        lent out outputs still in use (:meth:`PoolState.in_use`, asked only when another graph
+        is recorded as a lender). Outputs of ended steps are not taken back here (see
+        :meth:`release_stale`).
+        """
+        if any(map(operator.gt, map(storage_uses, self._storages), self._mine)):
+            return False
+        return self._lent <= self._alone or not self.state.in_use(self)
 
     def replay(self, args: tuple[Any, ...]) -> Any:
         """Copy the inputs in, replay, and hand the outputs out."""
-        if profiling():
+        if profiler._is_profiler_enabled:
             return self._replay_profiled(args)
         if self._user:
-            self._copy(self._dst, [args[i] for i in self._user])
-        self.graph.replay(args)
+            self._copy(self._dst, [*map(args.__getitem__, self._user)])
+        self._replay_graph(args)
         return self.hand_out()
 
     def _replay_profiled(self, args: tuple[Any, ...]) -> Any:
@@ -210,23 +243,23 @@ class Entry:
     def hand_out(self) -> Any:
         """The outputs of the last replay, as the callable returned them."""
         if not self._in_pool:
-            return self._shape.build(self._leaves)
+            return self._build(self._leaves)
         leaves = list(self._leaves)
         if self._clone_output:
             for i in self._in_pool:
                 leaves[i] = leaves[i].clone()
-        else:
-            # A graph replays only when its memory is free, so every output handed out before
-            # is dead (or was taken back): the list starts again.
-            token = step_token(self._per_call)
-            handed = []
-            for i in self._in_pool:
-                leaves[i] = out = leaves[i].detach()
-                handed.append((weakref.ref(out), token))
-            self._handed = handed
-            # The pool must know: its other graphs may not write this memory while it is used.
-            self._lend()
-        return self._shape.build(leaves)
+            return self._build(leaves)
+        # A graph replays only when its memory is free, so every output handed out before is
+        # dead (or was taken back): the list starts again.
+        token = step_token(self._per_call)
+        handed = []
+        for i in self._in_pool:
+            leaves[i] = out = leaves[i].detach()
+            handed.append((weakref.ref(out), token))
+        self._handed = handed
+        # The pool must know: its other graphs may not write this memory while it is used.
+        self._lend()
+        return self._build(leaves)
 
     def release_stale(self) -> bool:
         """Take back outputs of ended steps; return whether the graph's memory is now free.
@@ -253,7 +286,7 @@ class Entry:
         for tensor, _ in alive:
             cdata = tensor.untyped_storage()._cdata
             held[cdata] = held.get(cdata, 0) + 1
-        for cdata, mine in self._uses:
+        for cdata, mine in zip(self._storages, self._mine, strict=True):
             if storage_uses(cdata) - mine != held.get(cdata, 0):
                 return False  # something else (a view of an output) still uses the memory
         # Decided before anything is touched, so that a call never takes back half the outputs.

@@ -12,6 +12,8 @@ is the rule CUDA Graph Trees apply with ``path_live_weakrefs`` before they hand 
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,12 +52,17 @@ class Output:
             return lambda out: out
         return lambda out: tree_flatten(out)[0]
 
-    def build(self, leaves: list[Any]) -> Any:
+    def builder(self) -> Callable[[list[Any]], Any]:
+        """Turns output leaves back into the container: made once per graph, called per replay.
+
+        A C callable (no Python frame) for a tensor, a tuple or a list; for other pytrees,
+        ``tree_unflatten`` with the captured structure.
+        """
         if self.kind == "tensor":
-            return leaves[0]
+            return operator.itemgetter(0)
         if self.kind == "tuple":
-            return tuple(leaves)
+            return tuple
         if self.kind == "list":
-            return list(leaves)
+            return list
         assert self.spec is not None
-        return tree_unflatten(leaves, self.spec)
+        return functools.partial(tree_unflatten, treespec=self.spec)

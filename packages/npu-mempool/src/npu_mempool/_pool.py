@@ -6,7 +6,7 @@ import functools
 import mmap
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, KeysView
 from typing import Any, Protocol
 
 import torch
@@ -167,6 +167,7 @@ class PoolState:
         self._owned: list[torch.Tensor] = []
         # Graphs of this pool whose outputs were handed out and may still be held: before a
         # replay or a rewind, their outputs' liveness decides whether the pool memory is free.
+        # Changed in place only: graphs keep a view of its keys (lenders()).
         self._lent: dict[int, weakref.ref[Any]] = {}
         # A device capture into this pool failed: no further capture may use it.
         self._broken = False
@@ -180,6 +181,14 @@ class PoolState:
         lender is held weakly: the record must not keep a freed graph alive).
         """
         return functools.partial(self._lent.__setitem__, id(lender), weakref.ref(lender))
+
+    def lenders(self) -> KeysView[int]:
+        """The identities of the graphs recorded as lenders: a live view, read without a call.
+
+        A graph compares it with its own identity before each replay: while no other graph is
+        recorded, :meth:`in_use` has nothing to look at.
+        """
+        return self._lent.keys()
 
     def forget(self, lender: Lender) -> None:
         """Stop tracking ``lender`` (it is being freed)."""

@@ -9,6 +9,7 @@ output hand-out done by ``_entry``, captures reported by ``_trace``.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 import warnings
@@ -32,6 +33,8 @@ from npu_mempool.errors import CaptureError, ConfigError, InputLayoutError
 __all__ = ["GraphRunner"]
 
 _LAYOUT_ERRORS = (AttributeError, IndexError, TypeError)
+#: ``tensor.data_ptr()`` as a C callable, mapped over the watched arguments of every call.
+_data_ptr = operator.methodcaller("data_ptr")
 
 
 class GraphRunner:
@@ -202,6 +205,12 @@ class GraphRunner:
     # -- dispatch ------------------------------------------------------------------------------
 
     def _call(self, args: tuple[Any, ...]) -> Any:
+        # Every replay of a captured graph runs through here. The watched addresses are read and
+        # the liveness checked by C functions, so a replay opens eight Python frames: the
+        # caller's (``__call__`` or ``as_function``'s), this one, the key's (one generated
+        # expression), the entry's idle, replay and hand_out, the step token of the hand-out
+        # and the graph's own replay (tests/test_mempool_replay_calls.py counts them). Everything
+        # else here is the cold path.
         if self._eager:
             return self._eager_call(args)
         layout = self._layout
@@ -213,7 +222,8 @@ class GraphRunner:
             key = layout.key(args)
             # Also proves the key hashable (else a layout error).
             failed = key in self._policy.failed
-            ptrs = tuple([args[i].data_ptr() for i in layout.watched]) if layout.watched else ()
+            watched = layout.watched
+            ptrs = tuple(map(_data_ptr, map(args.__getitem__, watched))) if watched else ()
         except _LAYOUT_ERRORS as exc:
             raise self._layout_error(args) from exc
         if failed:
@@ -221,16 +231,15 @@ class GraphRunner:
         if self._options.force_recapture:
             return self._recapture(key, args)
         for path in self._paths:
-            entries = path.entries.get(key)
             found = None
-            for entry in entries or ():
+            for entry in path.entries.get(key, ()):
                 if entry.ptrs == ptrs:
                     found = entry
                     break
             if found is None:
                 self._check_layout(layout, args)
                 return self._miss(path, key, args)
-            if not found.in_use() and not found.state.in_use(found):
+            if found.idle():
                 self.counters.replays += 1
                 return found.replay(args)
             # Its memory is in use. Outputs of ended steps may give it back (_steps), the ones

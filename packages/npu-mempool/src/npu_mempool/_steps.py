@@ -181,17 +181,16 @@ def release_step(thread: int) -> None:
 
 def _torch_step() -> int:
     # torch counts its boundaries down from 0 in cudagraph_trees; the module is only imported
-    # once someone used it, and until then no torch boundary was marked.
-    trees = sys.modules.get("torch._inductor.cudagraph_trees")
-    if trees is None:
-        return 0
-    box = getattr(trees, "MarkStepBox", None)
+    # once someone used it, and until then no torch boundary was marked. (step_token reads the
+    # same inline.)
+    box = getattr(sys.modules.get("torch._inductor.cudagraph_trees"), "MarkStepBox", None)
     return int(getattr(box, "mark_step_counter", 0))
 
 
 def _generation() -> int:
     # Dynamo bumps it on every entry into a torch.compile'd function, in any thread; CUDA Graph
     # Trees start a new generation on it. Without Dynamo imported, nothing was entered.
+    # (step_token reads the same inline.)
     guard = sys.modules.get("torch._dynamo.mutation_guard")
     tracker = getattr(guard, "GenerationTracker", None)
     return int(getattr(tracker, "generation", 0))
@@ -221,13 +220,18 @@ def step_token(per_call: bool = False) -> StepToken:
     Args:
         per_call: The runner takes back outputs at top-level calls (the call step is current).
     """
+    # Once per replay: what _torch_step() and call_step() read, read here without calling them.
     steps = _local
-    return (
-        threading.get_ident(),
-        steps.marked,
-        _torch_step(),
-        call_step() if per_call else steps.call,
-    )
+    thread = threading.get_ident()
+    box = getattr(sys.modules.get("torch._inductor.cudagraph_trees"), "MarkStepBox", None)
+    torchs = int(getattr(box, "mark_step_counter", 0))
+    if per_call and steps.depth == 0:
+        guard = sys.modules.get("torch._dynamo.mutation_guard")
+        generation = int(getattr(getattr(guard, "GenerationTracker", None), "generation", 0))
+        if generation != steps.generation and thread not in _held:
+            steps.generation = generation
+            steps.call += 1
+    return (thread, steps.marked, torchs, steps.call)
 
 
 def ended_by_mark(token: StepToken) -> bool:

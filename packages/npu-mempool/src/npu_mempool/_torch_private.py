@@ -164,6 +164,7 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch.autograd.profiler._is_profiler_enabled",
         "profiler",
-        "_trace opens profiler ranges only while a profiler records (a flag read per call)",
+        "_trace opens profiler ranges only while a profiler records; _entry reads it on every "
+        "replay (a flag read, no call) to take the profiled replay",
     ),
 )

@@ -14,14 +14,9 @@ from typing import Any
 from torch._logging._internal import trace_structured
 from torch.autograd import profiler
 
-__all__ = ["profiled", "profiling", "report_capture", "trace_capture"]
+__all__ = ["profiled", "report_capture", "trace_capture"]
 
 log = logging.getLogger("npu_mempool")
-
-
-def profiling() -> bool:
-    """Whether a ``torch.profiler`` session is recording (a plain flag read)."""
-    return profiler._is_profiler_enabled
 
 
 def profiled(name: str) -> contextlib.AbstractContextManager[Any]:

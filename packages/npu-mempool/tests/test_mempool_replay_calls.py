@@ -1,0 +1,122 @@
+"""The Python calls one replay of a captured graph makes, around the graph's own replay.
+
+What is counted: every Python frame opened from the call into ``runner.as_function()``'s function
+(that frame included) until it returns: the dispatch, the input copy, the call of the graph's
+``replay`` (its frame included) and the output hand-out. Not counted: the frames inside the
+graph's replay, where the CPU emulation re-runs the user's ops (a device graph replays without a
+Python frame), and C calls. Each case first checks that the counted call was a replay that ran the
+user's function once, inside the graph's replay.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+import torch
+from npu_mempool import CaptureOptions, GraphRunner, InputKind
+from npu_mempool._devices import emulated
+
+P, M, U = InputKind.PARAMETER, InputKind.MUTATED, InputKind.USER
+
+#: The most Python calls a replay may make (see the module docstring for what counts).
+MOST_CALLS = 10
+
+
+class Counted:
+    """The frames one call opened outside the graph's replay, and the user's calls inside it."""
+
+    def __init__(self, user: Callable[..., Any]) -> None:
+        self.frames: list[str] = []
+        self.user_inside = 0
+        self.user_outside = 0
+        self._user = user.__code__
+        self._graph_replay = emulated.EmulatedGraph.replay.__code__
+        self._inside = 0  # frames open inside the graph's replay
+
+    def profile(self, frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            code = frame.f_code
+            if self._inside:
+                self._inside += 1
+                self.user_inside += code is self._user
+                return
+            if code is self._user:
+                self.user_outside += 1
+                return
+            self.frames.append(f"{Path(code.co_filename).name}:{code.co_name}")
+            if code is self._graph_replay:
+                self._inside = 1
+        elif event == "return" and self._inside:
+            self._inside -= 1
+
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        gc.disable()  # no finalizer's frames in the count
+        sys.setprofile(self.profile)
+        try:
+            return function(*args)
+        finally:
+            sys.setprofile(None)
+            gc.enable()
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def decode(x: torch.Tensor, w: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    cache.add_(1)
+    return x @ w, cache.sum(dim=0)
+
+
+def pair(x: torch.Tensor, n: int) -> list[torch.Tensor]:
+    return [x + n, x - n]
+
+
+WEIGHT = torch.randn(4, 3)
+CACHE = torch.zeros(5, 3)  # updated in place by every call
+CASES: dict[str, tuple[Callable[..., Any], dict[str, Any], Callable[[], tuple[Any, ...]]]] = {
+    "one user tensor": (scale, {}, lambda: (torch.randn(4),)),
+    "user, parameter and mutated in, a tuple out": (
+        decode,
+        {"input_kinds": [U, P, M]},
+        lambda: (torch.randn(2, 4), WEIGHT, CACHE),
+    ),
+    "every argument guarded": (
+        decode,
+        {"input_kinds": [U, P, M], "guarded": [True, True, True]},
+        lambda: (torch.randn(2, 4), WEIGHT, CACHE),
+    ),
+    "one step per call, a list out": (
+        pair,
+        {"options": CaptureOptions(keep_held_outputs=False)},
+        lambda: (torch.randn(3), 2),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_replay_through_as_function_makes_at_most_ten_python_calls(case: str) -> None:
+    fn, kwargs, make_args = CASES[case]
+    runner = GraphRunner(fn, **kwargs)
+    function = runner.as_function()
+    function(*make_args())  # captures
+    function(*make_args())  # replays once: anything done on a first replay only is done
+    args = make_args()
+    expected = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    replays = runner.counters.replays
+    counted = Counted(fn)
+    out = counted.call(function, *args)
+    assert runner.counters.replays == replays + 1
+    assert runner.counters.captures == 1
+    torch.testing.assert_close(out, expected)
+    assert (counted.user_inside, counted.user_outside) == (1, 0), "not the graph's replay"
+    assert "emulated.py:replay" in counted.frames
+    assert len(counted.frames) <= MOST_CALLS, (
+        f"a replay made {len(counted.frames)} Python calls: {', '.join(counted.frames)}"
+    )
