@@ -36,13 +36,14 @@ _SCRIPT = textwrap.dedent(
             self.cache[pos] = x.sum(0)  # an in-place input update: AOT's wrapper is saved too
             return self.proj(x).relu() + self.cache.mean(0)
 
-    phase, path, eager = sys.argv[1], sys.argv[2], sys.argv[3] == "eager"
+    phase, path, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    eager = mode == "eager"
     torch.manual_seed(0)
     model, reference = Step().eval(), Step().eval()
     reference.load_state_dict(model.state_dict())
     config = npu_compile.CompilerConfig()
     config.debug.run_eagerly = eager
-    backend = npu_compile.get_npu_backend(compiler_config=config)
+    backend = npu_compile.NpuBackend(config, capture=mode != "nocapture")
     steps = [(torch.randn(4, 8), torch.tensor([i])) for i in range(3)]
     with torch.no_grad():
         if phase == "save":
@@ -66,7 +67,11 @@ _SCRIPT = textwrap.dedent(
 
 
 def _run(
-    tmp_path: Path, phase: str, eager: bool = False, inductor_cache: Path | None = None
+    tmp_path: Path,
+    phase: str,
+    eager: bool = False,
+    inductor_cache: Path | None = None,
+    mode: str | None = None,
 ) -> dict[str, object]:
     script = tmp_path / "step.py"
     script.write_text(_SCRIPT)
@@ -75,7 +80,13 @@ def _run(
     if inductor_cache is not None:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache)}
     result = subprocess.run(
-        [sys.executable, str(script), phase, str(artifact), "eager" if eager else "capture"],
+        [
+            sys.executable,
+            str(script),
+            phase,
+            str(artifact),
+            mode or ("eager" if eager else "capture"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -123,6 +134,17 @@ def test_other_options_do_not_reuse_a_saved_result(tmp_path: Path) -> None:
     cache = tmp_path / "inductor-cache"
     assert _run(tmp_path, "save", inductor_cache=cache)["stats"]["captured"] == 1  # type: ignore[index]
     stats = _run(tmp_path, "save", eager=True, inductor_cache=cache)["stats"]
+    assert isinstance(stats, dict)
+    assert (stats["fx_graphs"], stats["eager"], stats["captured"]) == (1, 1, 0)
+
+
+@pytest.mark.slow
+def test_a_backend_without_capture_does_not_reuse_a_captured_result(tmp_path: Path) -> None:
+    # vLLM's backend (capture=False: its own wrapper captures) and a plain torch.compile with the
+    # same options share the machine's cache: neither may load the other's graph.
+    cache = tmp_path / "inductor-cache"
+    assert _run(tmp_path, "save", inductor_cache=cache)["stats"]["captured"] == 1  # type: ignore[index]
+    stats = _run(tmp_path, "save", inductor_cache=cache, mode="nocapture")["stats"]
     assert isinstance(stats, dict)
     assert (stats["fx_graphs"], stats["eager"], stats["captured"]) == (1, 1, 0)
 

@@ -99,7 +99,7 @@ def compile_graph(
     backward = BackwardCompiler(name, settings, stats)
     forward = ForwardCompiler(graph, settings, stats, backward)
     keyed = (
-        _torch_compat.options_in_cache_key(settings.config, decompositions)
+        _torch_compat.options_in_cache_key(settings.config, decompositions, settings.capture)
         if graph.saving
         else None
     )

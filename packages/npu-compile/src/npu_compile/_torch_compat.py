@@ -90,7 +90,7 @@ def no_new_guards(shape_env: Any) -> Iterator[None]:
 
 
 def _options_digest(
-    config: CompilerConfig, decompositions: Mapping[Any, Callable[..., Any]]
+    config: CompilerConfig, decompositions: Mapping[Any, Callable[..., Any]], capture: bool
 ) -> str:
     from npu_compile._version import __version__
 
@@ -101,23 +101,23 @@ def _options_digest(
 
     options = sorted((path, name(value)) for path, value in config.items())
     decomposed = sorted((str(op), name(fn)) for op, fn in decompositions.items())
-    text = repr((__version__, options, decomposed))
+    text = repr((__version__, options, decomposed, capture))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @contextlib.contextmanager
 def options_in_cache_key(
-    config: CompilerConfig, decompositions: Mapping[Any, Callable[..., Any]]
+    config: CompilerConfig, decompositions: Mapping[Any, Callable[..., Any]], capture: bool
 ) -> Iterator[None]:
     """Within the block, AOT autograd's cache keys also hold the backend's options.
 
     While torch's AOT compile bundles a result, AOT autograd looks the graph up in its on-disk
     cache by the graph, its inputs and torch's own options, not by the backend's: another process
     compiling the same model with other npu-compile options (``debug.run_eagerly``, static
-    kernels) would get this one's result. torch 2.13 happens to put a per-process name into that
-    key; torch 2.11 does not, and the wrong result was loaded. ``torch.compiler.config.
-    cache_key_tag`` is part of the key on every torch that has it: the options' digest joins the
-    user's tag there.
+    kernels, a backend made with ``capture=False``) would get this one's result. torch 2.13
+    happens to put a per-process name into that key; torch 2.11 does not, and the wrong result
+    was loaded. ``torch.compiler.config.cache_key_tag`` is part of the key on every torch that
+    has it: the options' digest and the capture flag join the user's tag there.
     """
     compiler_config = getattr(torch.compiler, "config", None)
     if getattr(compiler_config, "cache_key_tag", None) is None:
@@ -125,6 +125,6 @@ def options_in_cache_key(
         return
     assert compiler_config is not None
     user_tag = compiler_config.cache_key_tag
-    ours = f"npu_compile={_options_digest(config, decompositions)}"
+    ours = f"npu_compile={_options_digest(config, decompositions, capture)}"
     with compiler_config.patch(cache_key_tag=f"{user_tag};{ours}" if user_tag else ours):
         yield
