@@ -182,8 +182,9 @@ def closed_pipe_run() -> Callable[[str], tuple[str, int]]:
     return _closed_pipe_run
 
 
-# Private torch APIs: each package lists the ones it relies on in its `_torch_private.py` (see
-# docs/torch-compat.md); its tests check the list against the installed torch with these functions.
+# Private torch APIs: each package lists the ones it relies on in its
+# `tests/test_*_torch_private.py` (see docs/torch-compat.md), which checks the list against the
+# installed torch with these functions.
 # A name is private when a part of it starts with an underscore, or when it lives under
 # torch.fx.experimental / torch.fx.passes (no compatibility promise either). Operator namespaces
 # (torch.ops.*) are left out: an op that goes missing fails where the op is looked up, by name.
@@ -287,7 +288,7 @@ def _resolve_torch_name(name: str) -> object:
 
 
 class PrivateTorchApis:
-    """Checks of a package's ``_torch_private.PRIVATE_APIS`` against the installed torch."""
+    """Checks of a package's list of private torch APIs against the installed torch."""
 
     def check(self, api: Any, package: str) -> None:
         """Fail (or, for an entry the code only probes, skip) naming ``api`` if it moved."""
@@ -311,7 +312,7 @@ class PrivateTorchApis:
                 pytest.skip(f"{where}; {why}; without it: {api.optional}")
             pytest.fail(
                 f"{where}; {why}. Find where it went, adapt the caller with a capability check "
-                f"(never a version comparison) and update {package}/_torch_private.py; "
+                f"(never a version comparison) and update the list in {package}'s tests; "
                 "docs/torch-compat.md has the checklist",
                 pytrace=False,
             )
@@ -321,8 +322,6 @@ class PrivateTorchApis:
         listed = {api.name for api in apis}
         missing = []
         for path in sorted(package_dir.rglob("*.py")):
-            if path.name == "_torch_private.py":  # the list's own probes
-                continue
             for name, line in _private_torch_names_in(path).items():
                 if name not in listed:
                     missing.append(f"{name} ({path.relative_to(package_dir.parent)}:{line})")
@@ -330,15 +329,11 @@ class PrivateTorchApis:
 
     def unused(self, package_dir: Path, apis: Sequence[Any]) -> list[str]:
         """Listed names whose last part appears nowhere in the package's other sources."""
-        text = "\n".join(
-            path.read_text(encoding="utf-8")
-            for path in package_dir.rglob("*.py")
-            if path.name != "_torch_private.py"
-        )
+        text = "\n".join(path.read_text(encoding="utf-8") for path in package_dir.rglob("*.py"))
         return [api.name for api in apis if api.name.rsplit(".", 1)[-1] not in text]
 
 
 @pytest.fixture
 def private_torch_apis() -> PrivateTorchApis:
-    """Resolve and scan a package's list of private torch APIs (``_torch_private.py``)."""
+    """Resolve and scan a package's list of private torch APIs (``test_*_torch_private.py``)."""
     return PrivateTorchApis()

@@ -65,7 +65,6 @@ VENDORED: dict[str, tuple[str, ...]] = {
     "confine": (
         "npu-static-kernel/src/npu_static_kernel/_confine.py",
         "npu-graph-export/src/npu_graph_export/_confine.py",
-        "npu-compile/src/npu_compile/_confine.py",
     ),
     "cli_common": (
         "npu-compile/src/npu_compile/_cli/common.py",
@@ -77,13 +76,6 @@ VENDORED: dict[str, tuple[str, ...]] = {
         "npu-mempool/src/npu_mempool/_accel.py",
         "npu-static-kernel/src/npu_static_kernel/_accel.py",
         "npu-streams/src/npu_streams/_accel.py",
-    ),
-    "private_api": (
-        "npu-compile/src/npu_compile/_private_api.py",
-        "npu-graph-export/src/npu_graph_export/_private_api.py",
-        "npu-mempool/src/npu_mempool/_private_api.py",
-        "npu-static-kernel/src/npu_static_kernel/_private_api.py",
-        "npu-streams/src/npu_streams/_private_api.py",
     ),
     "counting": (
         "npu-compile/src/npu_compile/_counting.py",

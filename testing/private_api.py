@@ -1,8 +1,9 @@
-"""The record of one private torch name a package relies on (its ``_torch_private`` lists them).
+"""The record of one private torch name a package relies on.
 
-Every package carries a copy of this module with the same code (the libraries never import each
-other); the repository's consistency check fails when a copy drifts. Change the copy in
-npu-compile and run ``python .ci/check_consistency.py --sync`` to update the others.
+Each package's ``tests/test_*_torch_private.py`` lists the private torch names its sources use as
+``PrivateApi`` entries; the checks themselves are the ``private_torch_apis`` fixture of the root
+``conftest.py``. This directory is on pytest's ``pythonpath`` (root ``pyproject.toml``), so every
+package's tests import it the same way, and nothing of it ships in a wheel.
 """
 
 from __future__ import annotations
