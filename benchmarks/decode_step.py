@@ -8,7 +8,8 @@ every machine it also measures a tiny MLP compiled with our backend against a tr
 that returns ``gm.forward`` (target: at most 15 µs more per call).
 
 Prints tables and writes ``benchmarks/results/decode_step_<device>.json``. It runs
-``npu-compile bench`` (the same code users run) with this folder's defaults.
+``npu-compile bench`` with this folder's defaults: the benchmarks ship in the package
+(``npu_compile._bench``), so users of an installed wheel run the same code and get the same JSON.
 
 Usage: python benchmarks/decode_step.py [--device cuda] [--steps 50] [--out DIR]
 """
@@ -19,6 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from _common import RESULTS_DIR
 from npu_compile.cli import main as npu_compile_main
 
 
@@ -26,11 +28,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None, help="cpu, cuda, npu (default: best)")
     parser.add_argument("--steps", type=int, default=50, help="steps per timing round")
-    parser.add_argument(
-        "--out", default=str(Path(__file__).parent / "results"), help="directory for the JSON file"
-    )
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for the JSON file")
     args = parser.parse_args()
-    command = ["bench", "--steps", str(args.steps), "--out", args.out]
+    command = ["bench", "--steps", str(args.steps), "--out", str(args.out)]
     command += ["--device", args.device] if args.device else []
     return npu_compile_main(command)
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from npu_compile._cli import bench as _bench
+from npu_compile import _bench
 from npu_compile.cli import main
 
 SMALL = ["--layers", "1", "--dim", "32"]
@@ -42,7 +42,7 @@ def test_demo_generates_identical_tokens(capsys: pytest.CaptureFixture[str]) -> 
 def test_demo_fails_when_tokens_differ(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from npu_compile._cli import demo as _demo
+    from npu_compile import _demo
 
     real = _demo.greedy_generate
     calls = {"n": 0}
@@ -147,7 +147,7 @@ def test_demo_fails_when_nothing_was_captured(
 
 
 def test_decode_bench_flags_a_variant_that_fell_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from npu_compile._cli.demo_model import DemoConfig
+    from npu_compile._demo_model import DemoConfig
 
     _nothing_captured(monkeypatch)
     report = _bench.decode_step_bench(
@@ -160,7 +160,7 @@ def test_decode_bench_flags_a_variant_that_fell_back(monkeypatch: pytest.MonkeyP
 
 
 def test_decode_bench_checks_every_variant_against_eager() -> None:
-    from npu_compile._cli.demo_model import DemoConfig
+    from npu_compile._demo_model import DemoConfig
 
     report = _bench.decode_step_bench(
         torch.device("cpu"), steps=1, config=DemoConfig(layers=1, dim=32)
@@ -227,7 +227,7 @@ def test_diagnose_with_a_bad_model_name_is_one_line(capsys: pytest.CaptureFixtur
 
 @pytest.mark.parametrize(("device", "noted"), [("cpu", True), ("cuda:0", False), ("npu:1", False)])
 def test_demo_table_says_cpu_shows_no_speedup(device: str, noted: bool) -> None:
-    from npu_compile._cli.demo import DemoResult
+    from npu_compile._demo import DemoResult
 
     result = DemoResult(
         device=device,
@@ -283,3 +283,29 @@ def test_bench_writes_its_result_file_whole(
     written = json.loads((out / "decode_step_cpu.json").read_text())
     assert written == {"reports": [{"rows": 0}, {"rows": 0}]}
     assert [p.name for p in out.iterdir()] == ["decode_step_cpu.json"]  # no temporary left
+
+
+def test_bench_on_a_full_disk_keeps_the_old_result_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+    import os
+
+    monkeypatch.setattr(_bench, "decode_step_bench", lambda *args, **kwargs: _Report())
+    monkeypatch.setattr(_bench, "mlp_overhead_bench", lambda *args, **kwargs: _Report())
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "decode_step_cpu.json").write_text("old")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["bench", "--steps", "1", "--device", "cpu", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write ")
+    assert "decode_step_cpu.json" in err
+    assert "--out" in err
+    assert len(err.strip().splitlines()) == 1
+    assert [p.name for p in out.iterdir()] == ["decode_step_cpu.json"]  # no temporary left
+    assert (out / "decode_step_cpu.json").read_text() == "old"

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import torch
 from npu_compile import DiagnoseReport, PhaseTiming, diagnose
-from npu_compile._cli.diagnose import DEVICE_BOUND, HOST_BOUND, _verdict
+from npu_compile.diagnose import DEVICE_BOUND, HOST_BOUND, _verdict
 
 
 def test_cpu_report_says_device_time_is_not_separable() -> None:
@@ -61,7 +61,7 @@ def test_verdict_rule_and_accelerator_summary() -> None:
 
 @pytest.mark.device
 def test_accelerator_timings_are_separated() -> None:
-    from npu_compile._cli.device import best_device
+    from npu_compile._device import best_device
 
     device = best_device()
     x = torch.randn(256, 256, device=device)
@@ -74,7 +74,7 @@ def test_accelerator_timings_are_separated() -> None:
 def test_trace_and_json_of_a_diagnosis(tmp_path: Path) -> None:
     import json
 
-    from npu_compile._cli.diagnose import diagnose
+    from npu_compile.diagnose import diagnose
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
     trace = tmp_path / "sub" / "trace.json"
@@ -89,7 +89,7 @@ def test_trace_and_json_of_a_diagnosis(tmp_path: Path) -> None:
 
 
 def test_load_step_names_the_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from npu_compile._cli.diagnose import load_step
+    from npu_compile._cli.commands import load_step
 
     (tmp_path / "user_steps.py").write_text(
         "import torch\n"

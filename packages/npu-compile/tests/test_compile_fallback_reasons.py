@@ -264,8 +264,8 @@ def test_reset_forgets_the_reasons(
 
 def test_the_bench_note_names_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     from npu_compile import _planner
-    from npu_compile._cli.bench import decode_step_bench
-    from npu_compile._cli.demo_model import DemoConfig
+    from npu_compile._bench import decode_step_bench
+    from npu_compile._demo_model import DemoConfig
     from npu_compile._piecewise import Split
 
     said = Split("x", "aten::x", FallbackReason.MIXED_DEVICES, "test says no")

@@ -14,7 +14,6 @@ from __future__ import annotations
 from npu_mempool import StaleOutputError, graph_pool_handle, mark_step_begin
 
 from npu_compile import core, ops, scope
-from npu_compile._cli.diagnose import DiagnoseReport, PhaseTiming, diagnose
 from npu_compile._export import dynamo_export
 from npu_compile._fallback import Fallback, FallbackReason
 from npu_compile._unsupported import unsupported
@@ -22,6 +21,7 @@ from npu_compile._version import __version__
 from npu_compile.backend import NpuBackend, get_npu_backend
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.core.utils import logger
+from npu_compile.diagnose import DiagnoseReport, PhaseTiming, diagnose
 from npu_compile.errors import (
     BackendError,
     ConfigError,

@@ -1,4 +1,4 @@
-"""The ``npu-compile`` command line and the tooling behind it (private).
+"""The ``npu-compile`` command line (private): argument parsing, output and dispatch.
 
 Modules, named without a leading underscore because the package itself is private:
 
@@ -6,18 +6,17 @@ Modules, named without a leading underscore because the package itself is privat
   ``bench``, ``diagnose``); ``main`` lives there.
 * ``common``: what every command shares (help that shows defaults, a quiet end on Ctrl-C or a
   closed pipe).
-* ``demo`` and ``demo_model``: ``npu-compile demo`` and the small decoder it, ``bench`` and
-  ``diagnose`` run.
-* ``bench``: the benchmarks of ``npu-compile bench`` (also run by ``benchmarks/decode_step.py``).
-* ``diagnose``: Host Bound or Device Bound; its public names are re-exported as
-  ``npu_compile.diagnose``, ``npu_compile.DiagnoseReport`` and ``npu_compile.PhaseTiming``.
-* ``files``: atomic JSON result files.
 
-The public entry points are ``npu_compile.cli.main`` (the ``npu-compile`` script and
-``python -m npu_compile``) and the ``diagnose`` names above. The backend modules never import
-from here (an import-linter contract in the repository's ``pyproject.toml`` checks it), and
-``import npu_compile`` loads only ``diagnose`` from this package: the command line itself is
-imported when it runs.
+What the commands run lives in the package, so that it works from an installed wheel:
+``npu_compile.diagnose`` (public), ``_demo`` and ``_demo_model`` (``npu-compile demo`` and the
+small decoder it, ``bench`` and ``diagnose`` run), ``_bench`` (the benchmarks of
+``npu-compile bench``, also run by ``benchmarks/decode_step.py``) and ``_device`` (the device
+adapter: best device, timing, versions).
+
+The public entry point is ``npu_compile.cli.main`` (the ``npu-compile`` script and
+``python -m npu_compile``). No other module of npu_compile imports from here (an import-linter
+contract in the repository's ``pyproject.toml`` checks it), so ``import npu_compile`` never
+loads the command line.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
-    # Imported here, not at the top: ``import npu_compile`` imports this package for
-    # ``diagnose`` and should not pay for the argument parser.
+    # Imported here, not at the top: importing this package should not pay for the parser.
     from npu_compile._cli.commands import main as run
 
     return run(argv)

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from npu_compile._cli.common import HelpFormatter, quiet_exit
 from npu_compile._version import __version__
 from npu_compile.errors import OutputError
 
-__all__ = ["main"]
+__all__ = ["main", "load_step"]
 
 # Longest --tokens of `demo`: the KV cache grows with it (layers x 2 x max_seq x dim floats).
 _MAX_TOKENS = 4096
@@ -60,7 +62,7 @@ def _cxx_problem() -> str | None:
 def _doctor(args: argparse.Namespace) -> int:
     import torch
 
-    from npu_compile._cli import device as _device
+    from npu_compile import _device
 
     device = _device.best_device(args.device)
     versions = _device.versions()
@@ -119,9 +121,9 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from npu_compile._cli import device as _device
-    from npu_compile._cli.demo import run_demo
-    from npu_compile._cli.demo_model import PROMPT_LENGTH, DemoConfig
+    from npu_compile import _device
+    from npu_compile._demo import run_demo
+    from npu_compile._demo_model import PROMPT_LENGTH, DemoConfig
 
     # The KV cache grows to fit long generations (validated against _MAX_TOKENS in main).
     max_seq = max(DemoConfig.max_seq, PROMPT_LENGTH + args.tokens)
@@ -152,8 +154,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from npu_compile._cli import device as _device
-    from npu_compile._cli.bench import run_all
+    from npu_compile import _device
+    from npu_compile._bench import run_all
 
     out = None if args.no_json else Path(args.out)
     progress = None if args.quiet else sys.stderr
@@ -161,14 +163,53 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_step(spec: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The user's step for ``diagnose --model``, named ``"package.module:factory"``.
+
+    ``factory()`` returns ``(fn, inputs)``: the step and a tuple of its inputs.
+
+    Args:
+        spec: The value of ``--model``.
+
+    Returns:
+        ``(step, inputs)`` as the factory made them.
+
+    Raises:
+        ValueError: the name is not ``MODULE:ATTR``, cannot be imported, or the factory does not
+            return ``(callable, tuple)``.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"--model {spec!r}: expected MODULE:FACTORY, e.g. mypkg.models:make_step")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"--model {spec!r}: cannot import {module_name!r} ({error})") from error
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise ValueError(f"--model {spec!r}: {module_name} has no callable {attribute!r}")
+    made = factory()
+    if (
+        not isinstance(made, tuple)
+        or len(made) != 2
+        or not callable(made[0])
+        or not isinstance(made[1], tuple)
+    ):
+        raise ValueError(
+            f"--model {spec!r}: {attribute}() must return (step, inputs) with inputs a tuple, "
+            f"got {type(made).__name__}"
+        )
+    return made[0], made[1]
+
+
 def _diagnose(args: argparse.Namespace) -> int:
     import json
 
     import torch
 
-    from npu_compile._cli import device as _device
-    from npu_compile._cli.demo_model import DemoConfig, TinyDecoder
-    from npu_compile._cli.diagnose import diagnose, load_step
+    from npu_compile import _device
+    from npu_compile._demo_model import DemoConfig, TinyDecoder
+    from npu_compile.diagnose import diagnose
 
     # With --json, stdout carries the JSON document only; everything else goes to stderr.
     say = sys.stderr if args.json else sys.stdout
@@ -284,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "tokens", 0) > _MAX_TOKENS:
         parser.error(f"--tokens must be <= {_MAX_TOKENS}, got {args.tokens}")
     if getattr(args, "dim", None) is not None:
-        from npu_compile._cli.demo_model import PROMPT_LENGTH, DemoConfig
+        from npu_compile._demo_model import PROMPT_LENGTH, DemoConfig
 
         tokens = getattr(args, "tokens", 0)
         max_seq = max(DemoConfig.max_seq, PROMPT_LENGTH + tokens)  # as demo sizes the cache
@@ -292,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = DemoConfig(layers=args.layers, dim=args.dim, max_seq=max_seq)
         except ValueError as error:
             parser.error(f"--dim/--layers: {error}")
-        from npu_compile._cli.demo import check_demo_size
+        from npu_compile._demo import check_demo_size
 
         try:
             # Before any allocation: a huge --dim or --layers would fail deep inside torch.
@@ -319,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             requested = torch.device(args.device)
         except RuntimeError:
             parser.error(f"--device {args.device!r} is not a device name; try cpu, cuda or npu")
-        from npu_compile._cli import device as _device
+        from npu_compile import _device
 
         available = _device.best_device()
         if requested.type not in {"cpu", available.type}:

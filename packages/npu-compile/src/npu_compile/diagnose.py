@@ -1,17 +1,31 @@
-"""``diagnose``: is a step Host Bound or Device Bound, and what does reduce-overhead change?
+"""Is a step Host Bound or Device Bound, and what does reduce-overhead change?
 
-On an accelerator the host enqueues kernels asynchronously. Per step we measure the wall time of
-the Python call (host enqueue time) and the event-timed span of the device work it queued. When
-the host takes about as long as the device span, the device waited for the host between kernels:
-the step is Host Bound, and capturing it into one graph (one launch) is the cure. When the device
-span is clearly longer, the device is the bottleneck: Device Bound. On CPU there is no separate
-device: all work is host work, reported as such.
+On an accelerator the host enqueues kernels asynchronously. Per step, :func:`diagnose` measures
+the wall time of the Python call (host enqueue time) and the event-timed span of the device work
+it queued. When the host takes about as long as the device span, the device waited for the host
+between kernels: the step is Host Bound, and capturing it into one graph (one launch) is the cure.
+When the device span is clearly longer, the device is the bottleneck: Device Bound. On CPU there
+is no separate device: all work is host work, reported as such.
+
+The package root re-exports :func:`diagnose`, :class:`DiagnoseReport` and :class:`PhaseTiming`;
+this module also holds the verdict strings :data:`HOST_BOUND` and :data:`DEVICE_BOUND`. The
+attribute ``npu_compile.diagnose`` is the function (``npu_compile.diagnose(model, x)``), so take
+names from this module with ``from npu_compile.diagnose import ...``. ``npu-compile diagnose``
+runs it from the command line.
+
+Example::
+
+    from npu_compile.diagnose import HOST_BOUND, diagnose
+
+    report = diagnose(model, tokens, positions, steps=20)
+    print(report)  # a table, the verdict and the speed-up of reduce-overhead
+    if report.verdict == HOST_BOUND:
+        ...
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import statistics
 import tempfile
@@ -23,13 +37,12 @@ from typing import Any, TextIO
 
 import torch
 
+from npu_compile import _device
 from npu_compile._accel import first_tensor_device
-from npu_compile._cli import device as _device
 from npu_compile.configs.compiler_config import CompilerConfig
 
 __all__ = [
     "diagnose",
-    "load_step",
     "DiagnoseReport",
     "PhaseTiming",
     "HOST_BOUND",
@@ -37,7 +50,9 @@ __all__ = [
 ]
 
 HOST_BOUND = "Host Bound"
+"""Verdict of a step whose device waits for the host's kernel launches."""
 DEVICE_BOUND = "Device Bound"
+"""Verdict of a step whose device work takes clearly longer than the host's enqueue."""
 # The device span includes the tail after the host returns; when the host enqueue time is at least
 # this fraction of the span, the device was mostly waiting on the host.
 _HOST_BOUND_RATIO = 0.8
@@ -281,39 +296,6 @@ def _profiled(trace: str | os.PathLike[str] | None) -> Iterator[None]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def load_step(spec: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """The user's step for ``diagnose``, named ``"package.module:factory"``.
-
-    ``factory()`` returns ``(fn, inputs)``: the step and a tuple of its inputs.
-
-    Raises:
-        ValueError: the name is not ``MODULE:ATTR``, cannot be imported, or the factory does not
-            return ``(callable, tuple)``.
-    """
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"--model {spec!r}: expected MODULE:FACTORY, e.g. mypkg.models:make_step")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"--model {spec!r}: cannot import {module_name!r} ({error})") from error
-    factory = getattr(module, attribute, None)
-    if not callable(factory):
-        raise ValueError(f"--model {spec!r}: {module_name} has no callable {attribute!r}")
-    made = factory()
-    if (
-        not isinstance(made, tuple)
-        or len(made) != 2
-        or not callable(made[0])
-        or not isinstance(made[1], tuple)
-    ):
-        raise ValueError(
-            f"--model {spec!r}: {attribute}() must return (step, inputs) with inputs a tuple, "
-            f"got {type(made).__name__}"
-        )
-    return made[0], made[1]
 
 
 def _state_tensors(module: torch.nn.Module) -> list[torch.Tensor]:

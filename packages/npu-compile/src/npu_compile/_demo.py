@@ -11,8 +11,8 @@ from typing import Any, TextIO
 
 import torch
 
-from npu_compile._cli import device as _device
-from npu_compile._cli.demo_model import PROMPT_LENGTH, DemoConfig, TinyDecoder, greedy_generate
+from npu_compile import _device
+from npu_compile._demo_model import PROMPT_LENGTH, DemoConfig, TinyDecoder, greedy_generate
 from npu_compile.errors import DemoMismatchError
 
 __all__ = ["DemoResult", "run_demo", "DEMO_MAX_BYTES", "demo_model_bytes", "check_demo_size"]
@@ -238,8 +238,8 @@ def _compare(
     run: Callable[[str, Callable[..., torch.Tensor]], tuple[torch.Tensor, list[float]]],
     progress: TextIO | None,
 ) -> DemoResult:
-    from npu_compile._cli.diagnose import diagnose
     from npu_compile.backend import get_npu_backend
+    from npu_compile.diagnose import diagnose
 
     torch._dynamo.reset()
     eager_tokens, eager_times = run("eager", model)

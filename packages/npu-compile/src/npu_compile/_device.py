@@ -1,7 +1,10 @@
-"""Device adapter of the command line: the only module of npu-compile that may touch ``torch_npu``.
+"""Device adapter of npu-compile's tooling: the only module of npu-compile that may touch torch_npu.
 
-Installing torch_npu on a machine without CANN breaks ``import torch`` itself, so nothing here
-imports it at module import time; every probe is guarded and reports "absent" instead of raising.
+The device to run on and the timing of a step (host and device time) for ``diagnose``, the demo
+and the benchmarks, and what ``npu-compile doctor`` reports (versions, whether torch_npu imports,
+the graph implementation). Installing torch_npu on a machine without CANN breaks ``import torch``
+itself, so nothing here imports it at module import time; every probe is guarded and reports
+"absent" instead of raising.
 """
 
 from __future__ import annotations

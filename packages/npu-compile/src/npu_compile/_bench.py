@@ -1,4 +1,6 @@
-"""Benchmarks shared by ``npu-compile bench`` and ``benchmarks/decode_step.py``.
+"""The benchmarks of ``npu-compile bench`` (``benchmarks/decode_step.py`` runs that command).
+
+They ship with the package so that the command works from an installed wheel.
 
 Two measurements:
 
@@ -14,7 +16,9 @@ import datetime
 import functools
 import importlib
 import json
+import os
 import platform
+import secrets
 import statistics
 import time
 import timeit
@@ -26,9 +30,9 @@ from typing import Any, TextIO
 
 import torch
 
-from npu_compile import _confine
-from npu_compile._cli import device as _device
-from npu_compile._cli.demo_model import DemoConfig, TinyDecoder
+from npu_compile import _device
+from npu_compile._demo_model import DemoConfig, TinyDecoder
+from npu_compile.errors import OutputError
 
 __all__ = [
     "BenchRow",
@@ -359,6 +363,44 @@ def mlp_overhead_bench(
     )
 
 
+def _write_result(path: Path, text: str) -> None:
+    """Write ``path`` whole: a temporary file in its directory, synced, renamed into place.
+
+    A reader sees the old file or the new one; a failure (a full disk) leaves the old one and no
+    temporary file. The directory is the user's ``--out``, trusted as given; a symbolic link
+    planted at the result file itself is refused (the rename would replace it, never follow it,
+    but a link where the result belongs was put there by someone: say so and write nothing).
+
+    Raises:
+        OutputError: ``path`` is a symbolic link, or the file cannot be written; the message
+            names the file and what to do.
+    """
+    todo = "free space or choose another --out"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink():
+            raise OutputError(
+                f"{path} is a symbolic link; a result file is never written through a link: "
+                "remove it or choose another --out"
+            )
+        temporary = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(temporary, flags, 0o644)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+    except OutputError:
+        raise
+    except OSError as error:
+        raise OutputError(f"cannot write {path} ({error.strerror or error}); {todo}") from error
+
+
 def run_all(
     out_dir: Path | None,
     device: torch.device | None = None,
@@ -370,6 +412,9 @@ def run_all(
 
     The MLP overhead benchmark always runs on CPU (it measures host-side Python cost).
     ``progress`` receives a line per variant and per quarter of the MLP rounds.
+
+    Raises:
+        OutputError: The result file is a symbolic link or cannot be written.
     """
     device = device or _device.best_device()
     reports = [decode_step_bench(device, steps, progress=progress)]
@@ -381,8 +426,6 @@ def run_all(
         path = out_dir / f"decode_step_{device.type}.json"
         document = {"reports": [r.to_json() for r in reports]}
         text = json.dumps(document, indent=2, sort_keys=True) + "\n"
-        _confine.write_atomic(
-            out_dir, path, text.encode(), todo="free space or choose another --out"
-        )
+        _write_result(path, text)
         print_fn(f"\nwrote {path}")
     return reports
