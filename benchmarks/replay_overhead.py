@@ -4,10 +4,12 @@ The chain is ``--kernels`` elementwise ops on a tiny tensor, the host-bound case
 "raw replay" is the least a graph call can do: copy the new input into the static input, replay.
 "runner" is ``GraphRunner.__call__`` doing the same work plus its key lookup and bookkeeping; the
 target is runner <= 1.2 x raw replay on a device. A second table times a one-kernel graph, where
-the runner's own Python overhead is most visible. "py calls" counts the Python frames one replay
-through ``runner.as_function()`` opens, from that function's frame to its return, the call of the
-graph's ``replay`` included but not the frames inside it (the CPU emulation's re-run of the ops,
-which a device replay does not have); C calls are not counted.
+the runner's own Python overhead is most visible. "held previous" times the one-kernel graph in
+an ``out = f(x)`` loop with one step per call (``keep_held_outputs=False``, one top-level call
+each): every call first takes back the previous call's output, still held. "py calls" counts
+the Python frames one replay through ``runner.as_function()`` opens, from that function's frame
+to its return, the call of the graph's ``replay`` included but not the frames inside it (the CPU
+emulation's re-run of the ops, which a device replay does not have); C calls are not counted.
 
 On a CPU-only machine the graph is npu-mempool's emulated graph (replay re-runs the ops and copies
 into the static output), so the numbers measure the runner's overhead, not a device graph.
@@ -148,6 +150,55 @@ def measure(kernels: int, calls: int, repeats: int, device: torch.device) -> dic
         replays = runner.counters.replays
         calls_per_replay = python_calls_per_replay(function, x)
         assert runner.counters.replays == replays + 1, "the counted call was not a replay"
+    return summarize(samples, calls_per_replay)
+
+
+def measure_held(calls: int, repeats: int, device: torch.device) -> dict[str, float]:
+    """``for x in data: out = f(x)`` with one step per call: the previous output is still held.
+
+    Each call is one top-level call (as Dynamo enters ``top_level_call`` around a compiled
+    function), so the runner takes back the previous call's output (poisons it) and replays the
+    same graph. "raw replay" and "eager" keep the previous output alive the same way.
+    """
+    fn = make_chain(1)
+    x = torch.randn(16, device=device)
+    options = npu_mempool.CaptureOptions(keep_held_outputs=False)
+    runner = npu_mempool.GraphRunner(fn, name="held", options=options)
+    function = runner.as_function()
+    raw = raw_replay(fn, x, device)
+    top_level_call = npu_mempool.top_level_call
+
+    def held_loop(call: Callable[[torch.Tensor], Any]) -> Callable[[torch.Tensor], Any]:
+        out = None
+
+        def step(new: torch.Tensor) -> None:
+            nonlocal out
+            with top_level_call():
+                out = call(new)
+
+        return step
+
+    with torch.no_grad():
+        variants = {name: held_loop(call) for name, call in (("eager", fn), ("raw_replay", raw))}
+        variants["runner"] = held_loop(function)
+        for step in variants.values():
+            for _ in range(3):  # captures, replays, takes back
+                step(x)
+        samples: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(repeats):
+            for name, step in variants.items():
+                samples[name].append(time_calls(step, x, device, calls))
+        previous = function(x)  # held while the counted call runs
+        replays = runner.counters.replays
+        with top_level_call():
+            calls_per_replay = python_calls_per_replay(function, x)
+        assert runner.counters.replays == replays + 1, "the counted call was not a replay"
+        assert runner.num_paths == 1, "the previous output was not taken back"
+        assert type(previous).__name__ == "StaleTensor", "the previous output was not taken back"
+    return summarize(samples, calls_per_replay)
+
+
+def summarize(samples: dict[str, list[float]], calls_per_replay: int) -> dict[str, float]:
     # The minimum is the least noisy estimate of a fixed per-call cost on a shared machine.
     result = {name: min(values) for name, values in samples.items()}
     result.update({f"{name}_median": statistics.median(v) for name, v in samples.items()})
@@ -169,6 +220,7 @@ def main() -> None:
     rows = {
         f"chain of {args.kernels}": measure(args.kernels, args.calls, args.repeats, device),
         "one kernel": measure(1, args.calls * 5, args.repeats, device),
+        "held previous": measure_held(args.calls * 5, args.repeats, device),
     }
     print(f"device: {device}  graph: {graph}  torch {torch.__version__}")
     header = (

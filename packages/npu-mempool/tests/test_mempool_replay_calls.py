@@ -19,8 +19,15 @@ from typing import Any
 
 import pytest
 import torch
-from npu_mempool import CaptureOptions, GraphRunner, InputKind
+from npu_mempool import (
+    CaptureOptions,
+    GraphRunner,
+    InputKind,
+    StaleOutputError,
+    top_level_call,
+)
 from npu_mempool._devices import emulated
+from npu_mempool._steps import StaleTensor
 
 P, M, U = InputKind.PARAMETER, InputKind.MUTATED, InputKind.USER
 
@@ -120,3 +127,72 @@ def test_a_replay_through_as_function_makes_at_most_ten_python_calls(case: str) 
     assert len(counted.frames) <= MOST_CALLS, (
         f"a replay made {len(counted.frames)} Python calls: {', '.join(counted.frames)}"
     )
+
+
+#: The most Python calls a replay may make that first takes back the previous call's output (one
+#: step per call, the caller still holding what the previous call returned): the eight of a free
+#: graph, then the entry's take-back, its release, the step check and the take-back of the old
+#: outputs (one call for all of them): 41 before the take-back was shortened.
+MOST_TAKE_BACK_CALLS = 12
+
+
+@pytest.mark.skipif(
+    not hasattr(torch._C, "_swap_tensor_impl"),
+    reason="this torch has no torch._C._swap_tensor_impl",
+)
+@pytest.mark.parametrize("case", ["one tensor out", "a tuple out"])
+def test_the_out_equals_f_of_x_loop_takes_back_the_previous_output_in_few_python_calls(
+    case: str,
+) -> None:
+    # for x in data: out = f(x), with one step per call (npu-compile's default): every call
+    # finds the previous output still held and takes it back before it replays.
+    fn: Callable[[torch.Tensor], Any] = scale if case == "one tensor out" else _two
+    runner = GraphRunner(fn, options=CaptureOptions(keep_held_outputs=False))
+    function = runner.as_function()
+    data = [torch.randn(4) for _ in range(4)]
+    out: Any = None
+    for x in data[:3]:  # captures, replays from a free graph, then takes back
+        with top_level_call():  # what Dynamo enters around every call of a compiled function
+            out = function(x)
+    previous = out
+    counted = Counted(fn)
+    with top_level_call():
+        out = counted.call(function, data[3])
+    assert (runner.counters.captures, runner.counters.replays) == (1, 3)
+    assert (runner.num_paths, runner.num_graphs) == (1, 1), "not taken back"
+    torch.testing.assert_close(out, fn(data[3]))  # eager's result
+    # The caller's old output was taken back: poisoned, as before (its memory holds `out` now).
+    for old in (previous,) if case == "one tensor out" else previous:
+        assert type(old) is StaleTensor
+        with pytest.raises(StaleOutputError):
+            old.tolist()
+    assert (counted.user_inside, counted.user_outside) == (1, 0), "not the graph's replay"
+    assert "emulated.py:replay" in counted.frames
+    assert len(counted.frames) <= MOST_TAKE_BACK_CALLS, (
+        f"a take-back replay made {len(counted.frames)} Python calls: {', '.join(counted.frames)}"
+    )
+
+
+def test_the_h_equals_f_of_h_loop_keeps_the_values_of_the_previous_output() -> None:
+    # The previous output passed back in (a USER argument) is moved out of the pool, not
+    # poisoned: the caller's old tensor keeps its values while the graph reuses its memory.
+    runner = GraphRunner(lambda h: h * 2 + 1, options=CaptureOptions(keep_held_outputs=False))
+    function = runner.as_function()
+    h = torch.arange(4.0)
+    expected = h.clone()
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for _ in range(5):
+        with top_level_call():
+            old = h
+            h = function(h)
+        expected = expected * 2 + 1
+        seen.append((old, old.clone()))
+        torch.testing.assert_close(h, expected)
+    for old, values in seen:
+        assert type(old) is torch.Tensor
+        torch.testing.assert_close(old, values)
+    assert (runner.num_paths, runner.num_graphs, runner.counters.captures) == (1, 1, 1)
+
+
+def _two(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x + 1, x * 3

@@ -159,6 +159,13 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "torch.utils.swap_tensors requires), not autograd",
     ),
     PrivateApi(
+        "torch._C._swap_tensor_impl",
+        "autograd",
+        "_steps.take_back_outputs swaps an overwritten output for a StaleTensor as "
+        "torch.utils.swap_tensors does, without its Python frames, where its checks pass outright",
+        optional="every overwritten output is swapped by torch.utils.swap_tensors (slower)",
+    ),
+    PrivateApi(
         "torch._logging._internal.trace_structured",
         "logging",
         "_trace writes a capture event into TORCH_TRACE (tlparse)",

@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+from weakref import getweakrefs
 
 import torch
 from torch.autograd import profiler
@@ -16,15 +17,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from npu_mempool._devices import Graph
 from npu_mempool._outputs import Output, storage_uses
 from npu_mempool._pool import PoolHandle, PoolState, state_of
-from npu_mempool._steps import (
-    StepToken,
-    ended_by_call,
-    ended_by_mark,
-    migrate,
-    poison,
-    step_token,
-    swappable,
-)
+from npu_mempool._steps import StepToken, step_token, steps_ended, take_back_outputs
 from npu_mempool._trace import profiled
 
 __all__ = ["Entry", "Reclaim", "reclaiming"]
@@ -48,29 +41,20 @@ class Reclaim:
         args: The call's arguments.
         user: Positions of its USER tensors.
         pinned: Positions of its MUTATED and PARAMETER tensors.
+
+    The graph whose call it is gets the same four values directly (:meth:`Entry.take_back`); this
+    record is what other graphs of the pool read, while the call asks them (:func:`reclaiming`).
     """
 
-    __slots__ = ("_args", "_pinned", "_pins", "_reads", "owner")
+    __slots__ = ("args", "owner", "pinned", "user")
 
     def __init__(
         self, owner: object, args: Sequence[Any], user: Sequence[int], pinned: Sequence[int]
     ) -> None:
         self.owner = owner
-        self._reads = {id(args[i]) for i in user}
-        self._args = args
-        self._pins = pinned
-        self._pinned: set[int] | None = None  # their storages, once a graph asks
-
-    def reads(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` itself is a USER argument of the call."""
-        return id(tensor) in self._reads
-
-    def pins(self, tensor: torch.Tensor) -> bool:
-        """Whether the call uses ``tensor``'s memory in place (a MUTATED or PARAMETER input)."""
-        if self._pinned is None:
-            # Built only when an output could be taken back: a model has many parameters.
-            self._pinned = {self._args[i].untyped_storage()._cdata for i in self._pins}
-        return tensor.untyped_storage()._cdata in self._pinned
+        self.args = args
+        self.user = user
+        self.pinned = pinned
 
 
 class _Dispatching(threading.local):
@@ -120,6 +104,7 @@ class Entry:
         "_owner",
         "_per_call",
         "_replay_graph",
+        "_stale",
         "_storages",
         "_user",
         "coexists",
@@ -186,6 +171,8 @@ class Entry:
         # handed out (CaptureOptions.keep_held_outputs off), or only an explicit boundary.
         self._owner = owner
         self._per_call = per_call
+        # What reading an output this graph took back raises.
+        self._stale = (_PER_CALL if per_call else _MARKED).format(name=name)
         # What the runner itself holds of each pool-owned output storage: more uses than these
         # mean a handed-out output (or a view of one) is alive.
         uses: dict[int, int] = {}
@@ -261,54 +248,108 @@ class Entry:
         self._lend()
         return self._build(leaves)
 
+    def take_back(
+        self, owner: object, args: Sequence[Any], user: Sequence[int], pinned: Sequence[int]
+    ) -> bool:
+        """Whether the graph may replay for this call, now that :meth:`idle` said no.
+
+        Asked by the runner that dispatches the call (its identity ``owner``, the call's
+        ``args``, the positions of its USER tensors and of its MUTATED and PARAMETER ones, as in
+        :class:`Reclaim`). Outputs this graph handed out in steps that have ended are taken back
+        first (:meth:`release_stale`); then, where another graph of the pool lent out outputs, the
+        pool is asked (:meth:`PoolState.in_use`), and those graphs may take back theirs, reading
+        this call's arguments first. This is the path of every ``out = f(x)`` loop with one step
+        per call (the previous output is still held), so the common case opens two more frames
+        than a free graph's replay: this one and :meth:`_release`, with its step check and its
+        take-back of the old outputs (one frame for all of them).
+        """
+        if any(
+            map(operator.gt, map(storage_uses, self._storages), self._mine)
+        ) and not self._release(owner, args, user, pinned):
+            return False
+        if self._lent <= self._alone:
+            return True  # no other graph of the pool lent anything out
+        dispatching = _dispatching
+        outer = dispatching.call
+        dispatching.call = Reclaim(owner, args, user, pinned)
+        try:
+            return not self.state.in_use(self)
+        finally:
+            dispatching.call = outer
+
     def release_stale(self) -> bool:
         """Take back outputs of ended steps; return whether the graph's memory is now free.
 
-        Only while a runner dispatches a call (:func:`reclaiming`), and only where every use of
-        the memory beyond the runner's own is an output this graph handed out in a step that has
-        ended (see ``_steps``). Those are poisoned (reading one raises
-        :class:`~npu_mempool.StaleOutputError`), except the ones the call itself passes in, which
-        are moved out of the pool and stay valid (see :class:`Reclaim`). A view the caller made
-        of an output, an output of the current step, an output held inside autograd's graph or
-        one the call uses in place keeps the memory in use, and nothing is taken.
+        Only while a runner dispatches a call (:func:`reclaiming`, or :meth:`take_back` of the
+        call's own graph): see :meth:`_release`.
         """
         call = _dispatching.call
         if call is None:
             return False
-        alive = [(t, token) for ref, token in self._handed if (t := ref()) is not None]
-        if not alive:
+        return self._release(call.owner, call.args, call.user, call.pinned)
+
+    def _release(
+        self, owner: object, args: Sequence[Any], user: Sequence[int], pinned: Sequence[int]
+    ) -> bool:
+        """Take back outputs of ended steps for a call; return whether the memory is now free.
+
+        Only where every use of the memory beyond the runner's own is an output this graph handed
+        out in a step that has ended (see ``_steps``). Those are poisoned (reading one raises
+        :class:`~npu_mempool.StaleOutputError`), except the ones the call itself passes in as
+        USER arguments, which are moved out of the pool and stay valid (see :class:`Reclaim`). A
+        view the caller made of an output, an output of the current step, an output held inside
+        autograd's graph or one the call uses in place keeps the memory in use, and nothing is
+        taken. Plain loops, no comprehensions: no frame but this one and the step check on the
+        way to a decision.
+        """
+        tensors: list[torch.Tensor] = []
+        tokens: list[StepToken] = []
+        ref: weakref.ref[torch.Tensor] | None
+        for ref, token in self._handed:
+            tensor = ref()
+            if tensor is not None:
+                tensors.append(tensor)
+                tokens.append(token)
+        # The loop's last weak reference would outlive ours (torch swaps no tensor with one).
+        ref = None
+        if not tensors:
             return False
-        own = self._per_call and call.owner is self._owner
-        for _, token in alive:
-            if not (ended_by_mark(token) or (own and ended_by_call(token))):
-                return False
+        # Outputs ended by a top-level call alone are taken back by the runner's own graphs only.
+        if not steps_ended(tokens, self._per_call and owner is self._owner):
+            return False
         held: dict[int, int] = {}
-        for tensor, _ in alive:
+        for tensor in tensors:
             cdata = tensor.untyped_storage()._cdata
             held[cdata] = held.get(cdata, 0) + 1
         for cdata, mine in zip(self._storages, self._mine, strict=True):
             if storage_uses(cdata) - mine != held.get(cdata, 0):
                 return False  # something else (a view of an output) still uses the memory
         # Decided before anything is touched, so that a call never takes back half the outputs.
-        for tensor, _ in alive:
-            if call.pins(tensor) or not swappable(tensor, passed=call.reads(tensor)):
+        if pinned and not held.keys().isdisjoint(
+            map(_cdata, map(_untyped_storage, map(args.__getitem__, pinned)))
+        ):
+            return False  # the call uses an output's memory in place (MUTATED or PARAMETER)
+        passed = set(map(id, map(args.__getitem__, user)))
+        for tensor in tensors:
+            # Taking back changes the caller's object in place: safe only where nothing but that
+            # object holds it, not autograd (a tensor saved for backward, a gradient), whose
+            # record of it would break (what torch.utils.swap_tensors requires). One moved out of
+            # the pool keeps its values, so it must not require grad; one poisoned may have no
+            # weak reference but the runner's own.
+            if tensor._use_count() != 1:  # type: ignore[attr-defined]
+                return False
+            if id(tensor) in passed:
+                if tensor.requires_grad:
+                    return False
+            elif len(getweakrefs(tensor)) > 1:
                 return False
         # torch swaps no tensor that has a weak reference: drop ours first.
         self._handed.clear()
-        message = _PER_CALL if self._per_call else _MARKED
-        kept = [
-            (tensor, token)
-            for tensor, token in alive
-            if not (
-                migrate(tensor)
-                if call.reads(tensor)
-                else poison(tensor, message.format(name=self.name))
-            )
-        ]
+        kept = take_back_outputs(tensors, passed, self._stale)
         if kept:
-            self._handed = [(weakref.ref(tensor), token) for tensor, token in kept]
+            self._handed = [(weakref.ref(tensors[i]), tokens[i]) for i in kept]
             return False
-        return not self.in_use()
+        return not any(map(operator.gt, map(storage_uses, self._storages), self._mine))
 
     def alive(self) -> bool:
         """Whether every MUTATED tensor the graph was captured with still exists."""
@@ -324,6 +365,10 @@ class Entry:
         # else: the memory stays with the outputs that use it (a device tensor keeps its
         # allocation; the CPU arena keeps the blocks until the pool goes).
 
+
+#: ``tensor.untyped_storage()`` and ``storage._cdata`` as C callables (no frame per argument).
+_untyped_storage = operator.methodcaller("untyped_storage")
+_cdata = operator.attrgetter("_cdata")
 
 _MARKED = (
     "this output of graph {name!r} was handed out before a step boundary "

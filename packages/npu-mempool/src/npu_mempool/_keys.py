@@ -42,6 +42,8 @@ class Layout:
         self.user = [i for i in tensors if kinds[i] is InputKind.USER]
         self.mutated = [i for i in tensors if kinds[i] is InputKind.MUTATED]
         self.params = [i for i in tensors if kinds[i] is InputKind.PARAMETER]
+        # Used in place by the graph: outputs they share memory with are never taken back.
+        self.pinned = self.mutated + self.params
         self.scalars = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
         # Addresses checked on every call: mutated inputs always, parameters unless frozen.
         self.watched = sorted(self.mutated + ([] if frozen else self.params))

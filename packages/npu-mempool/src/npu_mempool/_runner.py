@@ -243,11 +243,9 @@ class GraphRunner:
                 self.counters.replays += 1
                 return found.replay(args)
             # Its memory is in use. Outputs of ended steps may give it back (_steps), the ones
-            # this call passes in read first (_entry.Reclaim).
-            with reclaiming(self._reclaim(layout, args)):
-                free = not found.in_use() or found.release_stale()
-                free = free and not found.state.in_use(found)
-            if free:
+            # this call passes in read first (_entry.Reclaim). The path of every `out = f(x)`
+            # loop with one step per call: four frames more than a free graph's replay.
+            if found.take_back(self._owner, args, layout.user, layout.pinned):
                 self.counters.replays += 1
                 return found.replay(args)
             # Still in use: try the next call path.
@@ -263,7 +261,7 @@ class GraphRunner:
         return result
 
     def _reclaim(self, layout: Layout, args: tuple[Any, ...]) -> Reclaim:
-        return Reclaim(self._owner, args, layout.user, layout.mutated + layout.params)
+        return Reclaim(self._owner, args, layout.user, layout.pinned)
 
     def _check_layout(self, layout: Layout, args: tuple[Any, ...]) -> None:
         """Slow path only: a call that found no graph is checked against the first call's layout."""

@@ -23,12 +23,13 @@ process-wide marker does, as torch defines it).
 
 from __future__ import annotations
 
+import copyreg
 import sys
 import threading
-import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterable, Sequence
 from types import TracebackType
 from typing import Any
+from weakref import getweakrefs
 
 import torch
 
@@ -37,16 +38,13 @@ from npu_mempool.errors import StaleOutputError
 __all__ = [
     "StaleTensor",
     "StepToken",
-    "call_step",
-    "ended_by_call",
-    "ended_by_mark",
     "hold_step",
     "mark_step_begin",
     "migrate",
-    "poison",
     "release_step",
     "step_token",
-    "swappable",
+    "steps_ended",
+    "take_back_outputs",
     "top_level_call",
 ]
 
@@ -179,48 +177,13 @@ def release_step(thread: int) -> None:
     _held.discard(thread)
 
 
-def _torch_step() -> int:
-    # torch counts its boundaries down from 0 in cudagraph_trees; the module is only imported
-    # once someone used it, and until then no torch boundary was marked. (step_token reads the
-    # same inline.)
-    box = getattr(sys.modules.get("torch._inductor.cudagraph_trees"), "MarkStepBox", None)
-    return int(getattr(box, "mark_step_counter", 0))
-
-
-def _generation() -> int:
-    # Dynamo bumps it on every entry into a torch.compile'd function, in any thread; CUDA Graph
-    # Trees start a new generation on it. Without Dynamo imported, nothing was entered.
-    # (step_token reads the same inline.)
-    guard = sys.modules.get("torch._dynamo.mutation_guard")
-    tracker = getattr(guard, "GenerationTracker", None)
-    return int(getattr(tracker, "generation", 0))
-
-
-def call_step() -> int:
-    """The calling thread's call step, beginning a new one where torch's generation moved on.
-
-    Outside a :func:`top_level_call` block the top-level calls are seen through torch's
-    process-wide generation counter: the first runner call after it changed begins a new step
-    (unless the thread's step is held). Another thread's call changes it too, so in this
-    fallback a call of another thread can end the calling thread's step between two runner
-    calls of one of its own calls; a thread still never ends what another thread holds.
-    """
-    steps = _local
-    if steps.depth == 0:
-        generation = _generation()
-        if generation != steps.generation and threading.get_ident() not in _held:
-            steps.generation = generation
-            steps.call += 1
-    return steps.call
-
-
 def step_token(per_call: bool = False) -> StepToken:
     """The current step of the calling thread, recorded with every hand-out.
 
     Args:
         per_call: The runner takes back outputs at top-level calls (the call step is current).
     """
-    # Once per replay: what _torch_step() and call_step() read, read here without calling them.
+    # Once per replay: the counters are read inline (steps_ended reads the same).
     steps = _local
     thread = threading.get_ident()
     box = getattr(sys.modules.get("torch._inductor.cudagraph_trees"), "MarkStepBox", None)
@@ -234,17 +197,41 @@ def step_token(per_call: bool = False) -> StepToken:
     return (thread, steps.marked, torchs, steps.call)
 
 
-def ended_by_mark(token: StepToken) -> bool:
-    """Whether an explicit boundary ended the step of ``token``, seen from the calling thread."""
-    thread, marked, torchs, _ = token
-    if torchs != _torch_step():
-        return True
-    return thread == threading.get_ident() and marked != _local.marked
+def steps_ended(tokens: Iterable[StepToken], by_call: bool) -> bool:
+    """Whether the step of every token has ended, seen from the calling thread.
 
-
-def ended_by_call(token: StepToken) -> bool:
-    """Whether a later top-level call of the calling thread ended the step of ``token``."""
-    return token[0] == threading.get_ident() and token[3] != call_step()
+    A step ends at an explicit boundary: torch's process-wide marker, or :func:`mark_step_begin`
+    in the thread that took the token. With ``by_call`` (the runner takes back outputs at
+    top-level calls, and this is its own call), a later top-level call of the calling thread ends
+    the steps of its own tokens too. Outside a :func:`top_level_call` block the top-level calls
+    are seen through torch's process-wide generation counter: the first look after it changed
+    begins a new call step (unless the thread's step is held), as :func:`step_token` does. In
+    this fallback a call of another thread can end the calling thread's step between two runner
+    calls of one of its own calls; a thread still never ends what another thread holds.
+    """
+    # Asked on every call that finds its graph's outputs held: one frame, the counters read inline.
+    steps = _local
+    thread = threading.get_ident()
+    box = getattr(sys.modules.get("torch._inductor.cudagraph_trees"), "MarkStepBox", None)
+    torchs = int(getattr(box, "mark_step_counter", 0))
+    call = -1  # the call step, read at the first token that needs it
+    for owner, marked, torch_step, call_step in tokens:
+        if torch_step != torchs or (owner == thread and marked != steps.marked):
+            continue  # ended by an explicit boundary
+        if not by_call or owner != thread:
+            return False
+        if call < 0:
+            if steps.depth == 0:
+                guard = sys.modules.get("torch._dynamo.mutation_guard")
+                tracker = getattr(guard, "GenerationTracker", None)
+                generation = int(getattr(tracker, "generation", 0))
+                if generation != steps.generation and thread not in _held:
+                    steps.generation = generation
+                    steps.call += 1
+            call = steps.call
+        if call_step == call:
+            return False
+    return True
 
 
 _METADATA: frozenset[Callable[..., Any]] = frozenset(
@@ -318,31 +305,71 @@ def _error(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> StaleOutputE
     return StaleOutputError(message)
 
 
-def poison(tensor: torch.Tensor, message: str) -> bool:
-    """Turn ``tensor`` (the object the caller holds) into a :class:`StaleTensor`, in place.
+#: ``torch.utils.swap_tensors``' own last step: exchange the C tensors two objects point to. None
+#: where torch lacks it (swap_tensors then does the whole swap).
+_swap_impl: Any = getattr(torch._C, "_swap_tensor_impl", None)
+#: Neither class has slots, so swapping a plain tensor for a StaleTensor swaps only the class, the
+#: instance dict and the C tensor (what swap_tensors does once its checks pass).
+_PLAIN_SWAP = (
+    _swap_impl is not None
+    and not copyreg._slotnames(torch.Tensor)  # type: ignore[attr-defined]
+    and not copyreg._slotnames(StaleTensor)  # type: ignore[attr-defined]
+)
 
-    Returns ``False`` (and leaves it untouched) where torch refuses the swap: the tensor is also
-    held inside autograd's graph, so its memory is not the runner's to take.
+
+def take_back_outputs(
+    tensors: Sequence[torch.Tensor], passed: Container[int], message: str
+) -> list[int]:
+    """Take back outputs of ended steps: the caller's objects no longer use graph memory.
+
+    Those whose ``id`` is in ``passed`` (the call passes them back in) are moved out of the pool
+    (:func:`migrate`) and keep their values; the others are poisoned: each becomes, in place, a
+    :class:`StaleTensor` whose reads raise :class:`~npu_mempool.StaleOutputError` with
+    ``message``. Returns the positions of the ones torch refused, left as they were (a tensor
+    also held inside autograd's graph: its memory is not the runner's to take).
+
+    Poisoning is ``torch.utils.swap_tensors(tensor, StaleTensor(tensor, message))``. For a plain
+    tensor that passes every check of swap_tensors outright (no weak reference to either object,
+    no slots, no other holder of either C tensor) its steps run inline, without its seven Python
+    frames: swap the classes, the instance dicts, then the C tensors. Anything else (a tensor
+    subclass, a weak reference, an extra holder) goes through swap_tensors itself, which
+    decides. The StaleTensor is made as ``StaleTensor.__new__`` makes it, also inline: this runs
+    on every call of an ``out = f(x)`` loop with one step per call.
     """
-    try:
-        torch.utils.swap_tensors(tensor, StaleTensor(tensor, message))  # type: ignore[no-untyped-call]
-    except RuntimeError:
-        return False
-    return True
-
-
-def swappable(tensor: torch.Tensor, *, passed: bool) -> bool:
-    """Whether ``tensor`` can be taken back: :func:`migrate` (``passed``) or :func:`poison` it.
-
-    Both change the tensor object in place, which is safe only where nothing but the caller's
-    object holds it: not autograd (a tensor saved for backward, a gradient), whose record of it
-    would break. :func:`poison` also needs no weak reference to it but the runner's own.
-    """
-    if tensor._use_count() != 1:  # type: ignore[attr-defined]
-        return False
-    if passed:
-        return not tensor.requires_grad
-    return len(weakref.getweakrefs(tensor)) <= 1
+    kept: list[int] = []
+    for i, tensor in enumerate(tensors):
+        if id(tensor) in passed:
+            if not migrate(tensor):
+                kept.append(i)
+            continue
+        stale: StaleTensor = torch.Tensor._make_wrapper_subclass(  # as StaleTensor(tensor, message)
+            StaleTensor,
+            tensor.shape,
+            strides=tensor.stride(),
+            storage_offset=tensor.storage_offset(),
+            dtype=tensor.dtype,
+            device=tensor.device,
+        )
+        stale._message = message
+        if (
+            _PLAIN_SWAP
+            and type(tensor) is torch.Tensor
+            and not getweakrefs(tensor)
+            and tensor._use_count() == 1  # type: ignore[attr-defined]
+            and stale._use_count() == 1  # type: ignore[attr-defined]
+        ):
+            tensor.__class__ = StaleTensor
+            stale.__class__ = torch.Tensor  # type: ignore[assignment]
+            attributes = tensor.__dict__
+            tensor.__dict__ = stale.__dict__
+            stale.__dict__ = attributes
+            _swap_impl(tensor, stale)
+            continue
+        try:
+            torch.utils.swap_tensors(tensor, stale)  # type: ignore[no-untyped-call]
+        except RuntimeError:
+            kept.append(i)
+    return kept
 
 
 def migrate(tensor: torch.Tensor) -> bool:
