@@ -20,9 +20,10 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import npu_streams
 import torch
 from npu_mempool import NpuMempoolError
-from npu_streams import NpuStreamsError, prepare_for_capture
+from npu_streams import NpuStreamsError
 
 from npu_compile import _passes, _torch_compat
 from npu_compile._accel import accelerator_device, first_tensor_device
@@ -227,7 +228,7 @@ class ForwardCompiler:
                 return fallback_plan(facts, FallbackReason.TRAINING, TRAINING_REASON), fw_gm
             self.backward.saw_forward(fw_gm, kinds)
         fw_gm = _passes.run_post_grad_passes(fw_gm, example_inputs, settings.config, graph.name)
-        prepared = prepare_for_capture(fw_gm)
+        prepared = npu_streams.prepare_for_capture(fw_gm)
         # A saved graph runs behind AOT's wrapper, which it brings along; never bypass it then.
         bypass = (
             not graph.saving

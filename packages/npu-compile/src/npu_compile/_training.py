@@ -40,9 +40,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import npu_mempool
+import npu_streams
 import torch
 from npu_mempool import InputKind
-from npu_streams import prepare_for_capture
 
 from npu_compile._capturable import host_sync_reason
 from npu_compile._fallback import FallbackReason
@@ -168,7 +168,7 @@ class BackwardCompiler:
 
         from npu_compile._eager import forward_of
 
-        prepared = prepare_for_capture(gm)
+        prepared = npu_streams.prepare_for_capture(gm)
         reason = host_sync_reason(prepared)
         if reason is not None:
             return _boxed(self._fallback(prepared, FallbackReason.HOST_SYNC, reason))
