@@ -81,8 +81,8 @@ def lower(config: CompilerConfig, *, capture: bool = True) -> Settings:
     """
     aclgraph = config.debug.aclgraph
     chosen = config.aclgraph_config.use_custom_pool
+    # The option's validator admits None, a PoolHandle or a pool id tuple.
     pool_id = chosen if isinstance(chosen, tuple) else None
-    assert chosen is None or pool_id is not None or isinstance(chosen, PoolHandle)
     handle = chosen if isinstance(chosen, PoolHandle) else None
     # A pool id tuple is resolved per device; until then the graph has a pool of its own (mode 1
     # still turns mode 2 off: TorchAir's rule, read from the option, not from the handle).
@@ -148,7 +148,6 @@ _pools: dict[tuple[torch.device, tuple[int, int]], PoolHandle] = {}
 
 def _pool_for(device: torch.device, pool_id: tuple[int, int]) -> PoolHandle:
     # One handle per (device, id) for the whole process: every backend naming the id shares it.
-
     device = with_index(device)
     key = (device, pool_id)
     with _pools_lock:

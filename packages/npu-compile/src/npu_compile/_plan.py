@@ -75,7 +75,6 @@ class GraphPlan:
         fallback: Why it runs eagerly, and the message (``FALLBACK`` only).
         splits: The nodes that run eagerly between pieces (``PIECES``).
         padding: How calls are padded to the capture sizes (``CAPTURE``), if they are.
-        tensorify: Whether ints that decide no shape become device scalars (``CAPTURE``).
         tensorified: Which inputs and outputs that made device scalars, once done.
         guarded: Per input, whether Dynamo's guards pin it down (only when ``bypass``).
         bypass: Whether AOT's runtime wrapper is skipped.
@@ -88,10 +87,17 @@ class GraphPlan:
     fallback: tuple[FallbackReason, str] | None = None
     splits: tuple[Split, ...] = ()
     padding: Padding | None = None
-    tensorify: bool = False
     tensorified: Tensorified | None = None
     guarded: tuple[bool, ...] | None = None
     bypass: bool = False
+
+    @property
+    def tensorify(self) -> bool:
+        """Whether ints that decide no shape become device scalars (``CAPTURE``, unpadded).
+
+        A padded graph keeps its ints as ints: the padding raises the batch size among them.
+        """
+        return self.route is Route.CAPTURE and self.padding is None
 
 
 def fallback_plan(facts: GraphFacts, reason: FallbackReason, message: str) -> GraphPlan:

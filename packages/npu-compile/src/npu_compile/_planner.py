@@ -68,8 +68,6 @@ def plan_graph(
         Route.CAPTURE,
         facts.kinds,
         padding=padding,
-        # A padded graph keeps its ints as ints: the padding raises the batch size among them.
-        tensorify=padding is None,
         guarded=guarded,
         bypass=facts.bypass,
     )
