@@ -63,7 +63,8 @@ def test_demo_bench_and_diagnose_run_from_the_package_alone(tmp_path: Path) -> N
 
 
 def test_diagnose_is_a_public_module_and_the_root_keeps_its_names() -> None:
-    from npu_compile.diagnose import (
+    import npu_compile.diagnosis as module
+    from npu_compile.diagnosis import (
         DEVICE_BOUND,
         HOST_BOUND,
         DiagnoseReport,
@@ -71,9 +72,11 @@ def test_diagnose_is_a_public_module_and_the_root_keeps_its_names() -> None:
         diagnose,
     )
 
-    module = sys.modules["npu_compile.diagnose"]
-    # The package attribute is the function, as before the module existed.
+    # The package attribute is the function, as before the module existed, and no module of the
+    # same name hides behind it (``import npu_compile.diagnose as m`` would give the function).
     assert npu_compile.diagnose is diagnose
+    assert module is sys.modules["npu_compile.diagnosis"]
+    assert "npu_compile.diagnose" not in sys.modules
     assert callable(npu_compile.diagnose)
     assert npu_compile.DiagnoseReport is DiagnoseReport
     assert npu_compile.PhaseTiming is PhaseTiming
@@ -89,7 +92,7 @@ def test_diagnose_is_a_public_module_and_the_root_keeps_its_names() -> None:
     for name in module.__all__:
         value = getattr(module, name)
         if callable(value):
-            assert value.__module__ == "npu_compile.diagnose", name
+            assert value.__module__ == "npu_compile.diagnosis", name
             assert value.__doc__, name
 
 

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import torch
 from npu_compile import DiagnoseReport, PhaseTiming, diagnose
-from npu_compile.diagnose import DEVICE_BOUND, HOST_BOUND, _verdict
+from npu_compile.diagnosis import DEVICE_BOUND, HOST_BOUND, _verdict
 
 
 def test_cpu_report_says_device_time_is_not_separable() -> None:
@@ -74,7 +74,7 @@ def test_accelerator_timings_are_separated() -> None:
 def test_trace_and_json_of_a_diagnosis(tmp_path: Path) -> None:
     import json
 
-    from npu_compile.diagnose import diagnose
+    from npu_compile.diagnosis import diagnose
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
     trace = tmp_path / "sub" / "trace.json"

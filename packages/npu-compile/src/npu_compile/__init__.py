@@ -21,7 +21,7 @@ from npu_compile._version import __version__
 from npu_compile.backend import NpuBackend, get_npu_backend
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.core.utils import logger
-from npu_compile.diagnose import DiagnoseReport, PhaseTiming, diagnose
+from npu_compile.diagnosis import DiagnoseReport, PhaseTiming, diagnose
 from npu_compile.errors import (
     BackendError,
     ConfigError,

@@ -181,11 +181,7 @@ def _decode_step_bench(
     from npu_compile.backend import get_npu_backend
 
     model = TinyDecoder(config).to(device).eval()
-    prompt = model.prompt()
-    token = prompt[:, :1].contiguous()
-    # A fixed position: every step writes the same cache slot, so the step can repeat forever
-    # (and gives the same logits every time: what each variant is checked against).
-    position = torch.full((1,), prompt.shape[1], dtype=torch.long, device=device)
+    token, position = model.decode_step_inputs()
     with torch.no_grad():
         expected = model(token, position).clone()
     rows: list[BenchRow] = []

@@ -239,7 +239,7 @@ def _compare(
     progress: TextIO | None,
 ) -> DemoResult:
     from npu_compile.backend import get_npu_backend
-    from npu_compile.diagnose import diagnose
+    from npu_compile.diagnosis import diagnose
 
     torch._dynamo.reset()
     eager_tokens, eager_times = run("eager", model)
@@ -254,9 +254,9 @@ def _compare(
     )
 
     # Host/Device Bound of one decode step (fixed position: the step can repeat).
-    token = prompt[:, :1].contiguous()
-    position = torch.full((1,), prompt.shape[1], dtype=torch.long, device=device)
-    report = diagnose(model, token, position, steps=10, warmup=2, compare=True, progress=progress)
+    report = diagnose(
+        model, *model.decode_step_inputs(), steps=10, warmup=2, compare=True, progress=progress
+    )
     torch._dynamo.reset()
 
     return DemoResult(

@@ -148,6 +148,16 @@ class TinyDecoder(nn.Module):
         )
         return tokens.to(self.slots.device)
 
+    def decode_step_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(token, position)`` of one decode step right after the prompt, for timing loops.
+
+        The position is fixed, so every call writes the same cache slot: the step can repeat
+        forever and gives the same logits each time (what the benchmarks check against).
+        """
+        token = self.prompt()[:, :1].contiguous()
+        position = torch.full((1,), PROMPT_LENGTH, dtype=torch.long, device=self.slots.device)
+        return token, position
+
 
 StepFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -205,11 +205,9 @@ def load_step(spec: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
 def _diagnose(args: argparse.Namespace) -> int:
     import json
 
-    import torch
-
     from npu_compile import _device
     from npu_compile._demo_model import DemoConfig, TinyDecoder
-    from npu_compile.diagnose import diagnose
+    from npu_compile.diagnosis import diagnose
 
     # With --json, stdout carries the JSON document only; everything else goes to stderr.
     say = sys.stderr if args.json else sys.stdout
@@ -223,10 +221,7 @@ def _diagnose(args: argparse.Namespace) -> int:
     else:
         device = _device.best_device(args.device)
         model = TinyDecoder(DemoConfig(layers=args.layers, dim=args.dim)).to(device).eval()
-        prompt = model.prompt()
-        token = prompt[:, :1].contiguous()
-        position = torch.full((1,), prompt.shape[1], dtype=torch.long, device=device)
-        step, inputs = model, (token, position)
+        step, inputs = model, model.decode_step_inputs()
         print(
             f"diagnosing one decode step of the demo model ({args.layers} layers, dim {args.dim})",
             file=say,

@@ -8,14 +8,14 @@ When the device span is clearly longer, the device is the bottleneck: Device Bou
 is no separate device: all work is host work, reported as such.
 
 The package root re-exports :func:`diagnose`, :class:`DiagnoseReport` and :class:`PhaseTiming`;
-this module also holds the verdict strings :data:`HOST_BOUND` and :data:`DEVICE_BOUND`. The
-attribute ``npu_compile.diagnose`` is the function (``npu_compile.diagnose(model, x)``), so take
-names from this module with ``from npu_compile.diagnose import ...``. ``npu-compile diagnose``
-runs it from the command line.
+this module also holds the verdict strings :data:`HOST_BOUND` and :data:`DEVICE_BOUND`. It is
+named ``diagnosis`` so that no module hides behind the function: ``npu_compile.diagnose`` is
+the function and ``npu_compile.diagnosis`` this module. ``npu-compile diagnose`` runs it from
+the command line.
 
 Example::
 
-    from npu_compile.diagnose import HOST_BOUND, diagnose
+    from npu_compile.diagnosis import HOST_BOUND, diagnose
 
     report = diagnose(model, tokens, positions, steps=20)
     print(report)  # a table, the verdict and the speed-up of reduce-overhead
