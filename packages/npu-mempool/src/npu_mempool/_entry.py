@@ -42,7 +42,7 @@ class Reclaim:
         user: Positions of its USER tensors.
         pinned: Positions of its MUTATED and PARAMETER tensors.
 
-    The graph whose call it is gets the same four values directly (:meth:`Entry.take_back`); this
+    The graph whose call it is gets the same four values directly (:meth:`Entry.claim`); this
     record is what other graphs of the pool read, while the call asks them (:func:`reclaiming`).
     """
 
@@ -83,7 +83,7 @@ class Entry:
     hands the static outputs out (see [Note: output liveness] in ``_outputs``). It runs on every
     call of a captured key, so everything it can know in advance is worked out here: the input
     copy, the output builder, the storages whose use counts tell liveness, the pool's record of
-    lenders, bound methods. On a free graph its hot path (:meth:`idle`, :meth:`replay`,
+    lenders, bound methods. On a free graph its hot path (:meth:`claim`, :meth:`replay`,
     :meth:`hand_out`) calls C functions only, apart from the graph's replay and the step token of
     a hand-out.
     """
@@ -196,17 +196,38 @@ class Entry:
         """Whether an output this graph handed out (or a view of one) is still alive."""
         return any(map(operator.gt, map(storage_uses, self._storages), self._mine))
 
-    def idle(self) -> bool:
-        """Whether the graph may replay now: nothing uses the memory it writes.
+    def claim(
+        self, owner: object, args: Sequence[Any], user: Sequence[int], pinned: Sequence[int]
+    ) -> bool:
+        """Whether the graph may replay for this call: nothing uses the memory it writes.
 
-        No output it handed out (or a view of one) is alive, and no other graph of its pool
-        lent out outputs still in use (:meth:`PoolState.in_use`, asked only when another graph
-        is recorded as a lender). Outputs of ended steps are not taken back here (see
-        :meth:`release_stale`).
+        Asked by the runner that dispatches the call (its identity ``owner``, the call's
+        ``args``, the positions of its USER tensors and of its MUTATED and PARAMETER ones, as in
+        :class:`Reclaim`). Free when no output it handed out (or a view of one) is alive and no
+        other graph of its pool lent out outputs still in use (:meth:`PoolState.in_use`, asked
+        only where another graph is recorded as a lender).
+
+        Where its own outputs are alive, the ones of steps that have ended are taken back first
+        (:meth:`_release`). Where another graph's outputs are in use, those graphs may take back
+        theirs, reading this call's arguments first (a second question to the pool, so that a
+        free pool answers without the record of the call). The first case is the path of every
+        ``out = f(x)`` loop with one step per call (the previous output is still held): it
+        opens three frames more than a free graph's replay, the take-back's, its step check's
+        and the poisoning of the old outputs (one frame for all of them).
         """
-        if any(map(operator.gt, map(storage_uses, self._storages), self._mine)):
+        if any(
+            map(operator.gt, map(storage_uses, self._storages), self._mine)
+        ) and not self._release(owner, args, user, pinned):
             return False
-        return self._lent <= self._alone or not self.state.in_use(self)
+        if self._lent <= self._alone or not self.state.in_use(self):
+            return True  # no other graph of the pool lent anything still in use
+        dispatching = _dispatching
+        outer = dispatching.call
+        dispatching.call = Reclaim(owner, args, user, pinned)
+        try:
+            return not self.state.in_use(self)
+        finally:
+            dispatching.call = outer
 
     def replay(self, args: tuple[Any, ...]) -> Any:
         """Copy the inputs in, replay, and hand the outputs out."""
@@ -248,40 +269,11 @@ class Entry:
         self._lend()
         return self._build(leaves)
 
-    def take_back(
-        self, owner: object, args: Sequence[Any], user: Sequence[int], pinned: Sequence[int]
-    ) -> bool:
-        """Whether the graph may replay for this call, now that :meth:`idle` said no.
-
-        Asked by the runner that dispatches the call (its identity ``owner``, the call's
-        ``args``, the positions of its USER tensors and of its MUTATED and PARAMETER ones, as in
-        :class:`Reclaim`). Outputs this graph handed out in steps that have ended are taken back
-        first (:meth:`release_stale`); then, where another graph of the pool lent out outputs, the
-        pool is asked (:meth:`PoolState.in_use`), and those graphs may take back theirs, reading
-        this call's arguments first. This is the path of every ``out = f(x)`` loop with one step
-        per call (the previous output is still held), so the common case opens two more frames
-        than a free graph's replay: this one and :meth:`_release`, with its step check and its
-        take-back of the old outputs (one frame for all of them).
-        """
-        if any(
-            map(operator.gt, map(storage_uses, self._storages), self._mine)
-        ) and not self._release(owner, args, user, pinned):
-            return False
-        if self._lent <= self._alone:
-            return True  # no other graph of the pool lent anything out
-        dispatching = _dispatching
-        outer = dispatching.call
-        dispatching.call = Reclaim(owner, args, user, pinned)
-        try:
-            return not self.state.in_use(self)
-        finally:
-            dispatching.call = outer
-
     def release_stale(self) -> bool:
         """Take back outputs of ended steps; return whether the graph's memory is now free.
 
-        Only while a runner dispatches a call (:func:`reclaiming`, or :meth:`take_back` of the
-        call's own graph): see :meth:`_release`.
+        Only while a runner dispatches a call (:func:`reclaiming`, or :meth:`claim` of the call's
+        own graph): see :meth:`_release`.
         """
         call = _dispatching.call
         if call is None:

@@ -9,6 +9,7 @@ output hand-out done by ``_entry``, captures reported by ``_trace``.
 
 from __future__ import annotations
 
+import functools
 import operator
 import threading
 import time
@@ -178,21 +179,59 @@ class GraphRunner:
 
     def __call__(self, *args: Any) -> Any:
         """Run ``fn(*args)``: replay its graph for this key, capturing it on first sight."""
+        # Every replay of a captured graph runs through here, under the runner's lock (a call
+        # picks its graph, copies its inputs in, replays and hands its outputs out as one step).
+        # The watched addresses are read and the liveness checked by C functions, so a replay
+        # opens seven Python frames: this one, the key's (one generated expression), the entry's
+        # claim, replay and hand_out, the step token of the hand-out and the graph's own replay
+        # (tests/test_mempool_replay_calls.py counts them). Everything else is the cold path.
         with self._lock:
-            return self._call(args)
+            if self._eager:
+                return self._eager_call(args)
+            layout = self._layout
+            if layout is None:
+                layout = self._layout = Layout(
+                    args, self._kinds, self._options.frozen_parameters, self._guarded
+                )
+            try:
+                key = layout.key(args)
+                # Also proves the key hashable (else a layout error).
+                failed = key in self._policy.failed
+                watched = layout.watched
+                ptrs = tuple(map(_data_ptr, map(args.__getitem__, watched))) if watched else ()
+            except _LAYOUT_ERRORS as exc:
+                raise self._layout_error(args) from exc
+            if failed:
+                return self._eager_call(args)
+            if self._options.force_recapture:
+                return self._recapture(key, args)
+            for path in self._paths:
+                found = None
+                for entry in path.entries.get(key, ()):
+                    if entry.ptrs == ptrs:
+                        found = entry
+                        break
+                if found is None:
+                    self._check_layout(layout, args)
+                    return self._miss(path, key, args)
+                # Where its memory is in use, outputs of ended steps may give it back (_steps), the
+                # ones this call passes in read first (_entry.Reclaim).
+                if found.claim(self._owner, args, layout.user, layout.pinned):
+                    self.counters.replays += 1
+                    return found.replay(args)
+                # Still in use: try the next call path.
+            return self._miss(self._call_paths.add_path(self.name), key, args)
 
     def as_function(self) -> Callable[..., Any]:
         """A plain function that does what calling the runner does (it keeps the runner alive).
 
-        For frameworks that hold one plain callable per graph (a ``torch.compile`` backend).
+        For frameworks that hold one plain callable per graph (a ``torch.compile`` backend). It
+        carries the runner's name (``__name__``, ``__qualname__``).
         """
-        runner = self
-
-        def call(*args: Any) -> Any:
-            with runner._lock:
-                return runner._call(args)
-
-        call.__name__ = call.__qualname__ = self.name
+        # A partial of __call__, not a closure around it: calling a partial opens no Python frame
+        # of its own, so a replay through it opens the frames of a call of the runner alone.
+        call = functools.partial(GraphRunner.__call__, self)
+        call.__name__ = call.__qualname__ = self.name  # type: ignore[attr-defined]
         return call
 
     def reset(self) -> None:
@@ -203,53 +242,6 @@ class GraphRunner:
             self._eager = False
 
     # -- dispatch ------------------------------------------------------------------------------
-
-    def _call(self, args: tuple[Any, ...]) -> Any:
-        # Every replay of a captured graph runs through here. The watched addresses are read and
-        # the liveness checked by C functions, so a replay opens eight Python frames: the
-        # caller's (``__call__`` or ``as_function``'s), this one, the key's (one generated
-        # expression), the entry's idle, replay and hand_out, the step token of the hand-out
-        # and the graph's own replay (tests/test_mempool_replay_calls.py counts them). Everything
-        # else here is the cold path.
-        if self._eager:
-            return self._eager_call(args)
-        layout = self._layout
-        if layout is None:
-            layout = self._layout = Layout(
-                args, self._kinds, self._options.frozen_parameters, self._guarded
-            )
-        try:
-            key = layout.key(args)
-            # Also proves the key hashable (else a layout error).
-            failed = key in self._policy.failed
-            watched = layout.watched
-            ptrs = tuple(map(_data_ptr, map(args.__getitem__, watched))) if watched else ()
-        except _LAYOUT_ERRORS as exc:
-            raise self._layout_error(args) from exc
-        if failed:
-            return self._eager_call(args)
-        if self._options.force_recapture:
-            return self._recapture(key, args)
-        for path in self._paths:
-            found = None
-            for entry in path.entries.get(key, ()):
-                if entry.ptrs == ptrs:
-                    found = entry
-                    break
-            if found is None:
-                self._check_layout(layout, args)
-                return self._miss(path, key, args)
-            if found.idle():
-                self.counters.replays += 1
-                return found.replay(args)
-            # Its memory is in use. Outputs of ended steps may give it back (_steps), the ones
-            # this call passes in read first (_entry.Reclaim). The path of every `out = f(x)`
-            # loop with one step per call: four frames more than a free graph's replay.
-            if found.take_back(self._owner, args, layout.user, layout.pinned):
-                self.counters.replays += 1
-                return found.replay(args)
-            # Still in use: try the next call path.
-        return self._miss(self._call_paths.add_path(self.name), key, args)
 
     def _recapture(self, key: Hashable, args: tuple[Any, ...]) -> Any:
         """``force_recapture``: free the key's graphs and capture it again for this call."""

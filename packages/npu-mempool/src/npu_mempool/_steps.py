@@ -40,7 +40,6 @@ __all__ = [
     "StepToken",
     "hold_step",
     "mark_step_begin",
-    "migrate",
     "release_step",
     "step_token",
     "steps_ended",
@@ -322,11 +321,12 @@ def take_back_outputs(
 ) -> list[int]:
     """Take back outputs of ended steps: the caller's objects no longer use graph memory.
 
-    Those whose ``id`` is in ``passed`` (the call passes them back in) are moved out of the pool
-    (:func:`migrate`) and keep their values; the others are poisoned: each becomes, in place, a
-    :class:`StaleTensor` whose reads raise :class:`~npu_mempool.StaleOutputError` with
-    ``message``. Returns the positions of the ones torch refused, left as they were (a tensor
-    also held inside autograd's graph: its memory is not the runner's to take).
+    Those whose ``id`` is in ``passed`` (the call passes them back in, none requiring grad) are
+    moved out of the pool (copied, then set to the copy's storage) and keep their values. The
+    others are poisoned: each becomes, in place, a :class:`StaleTensor` whose reads raise
+    :class:`~npu_mempool.StaleOutputError` with ``message``. Returns the positions of the ones
+    torch refused, left as they were (a tensor also held inside autograd's graph: its memory is
+    not the runner's to take).
 
     Poisoning is ``torch.utils.swap_tensors(tensor, StaleTensor(tensor, message))``. For a plain
     tensor that passes every check of swap_tensors outright (no weak reference to either object,
@@ -339,8 +339,15 @@ def take_back_outputs(
     kept: list[int] = []
     for i, tensor in enumerate(tensors):
         if id(tensor) in passed:
-            if not migrate(tensor):
-                kept.append(i)
+            # Moved out of graph memory, keeping its values: the object the caller holds then
+            # uses memory of its own while the graph overwrites the old. It requires no grad (the
+            # graph checked), so neither the copy nor the storage swap is recorded by autograd.
+            copy = tensor.clone()
+            storage, offset = copy.untyped_storage(), copy.storage_offset()
+            try:
+                tensor.set_(storage, offset, copy.shape, copy.stride())
+            except RuntimeError:
+                kept.append(i)  # torch refused (an inference tensor outside inference mode)
             continue
         stale: StaleTensor = torch.Tensor._make_wrapper_subclass(  # as StaleTensor(tensor, message)
             StaleTensor,
@@ -370,18 +377,3 @@ def take_back_outputs(
         except RuntimeError:
             kept.append(i)
     return kept
-
-
-def migrate(tensor: torch.Tensor) -> bool:
-    """Move ``tensor`` (an output passed back in) out of graph memory, keeping its values.
-
-    The object the caller holds then uses memory of its own, so the graph may overwrite its old
-    memory while the caller still reads it. Returns ``False`` where torch refuses.
-    """
-    try:
-        with torch.no_grad():
-            copy = tensor.clone()
-            tensor.set_(copy.untyped_storage(), copy.storage_offset(), copy.shape, copy.stride())
-    except RuntimeError:
-        return False
-    return True
