@@ -131,7 +131,7 @@ def _nothing_captured(monkeypatch: pytest.MonkeyPatch) -> None:
 
     said = Split("x", "aten::x", FallbackReason.MIXED_DEVICES, "test says no")
     monkeypatch.setattr(_planner, "split_points", lambda gm, device, ops: [said])
-    monkeypatch.setattr(_planner, "pieces_to_capture", lambda gm, splits: 0)
+    monkeypatch.setattr(_planner, "pieces_to_capture", lambda gm, splits: ())
 
 
 def test_demo_fails_when_nothing_was_captured(

@@ -270,7 +270,7 @@ def test_the_bench_note_names_the_reason(monkeypatch: pytest.MonkeyPatch) -> Non
 
     said = Split("x", "aten::x", FallbackReason.MIXED_DEVICES, "test says no")
     monkeypatch.setattr(_planner, "split_points", lambda gm, device, ops: [said])
-    monkeypatch.setattr(_planner, "pieces_to_capture", lambda gm, splits: 0)
+    monkeypatch.setattr(_planner, "pieces_to_capture", lambda gm, splits: ())
     report = decode_step_bench(torch.device("cpu"), steps=1, config=DemoConfig(layers=1, dim=32))
     assert "mixed_devices: " in report.rows[1].note
     assert "test says no" in report.rows[1].note

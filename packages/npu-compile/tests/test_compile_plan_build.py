@@ -84,3 +84,39 @@ def test_a_graph_with_no_piece_worth_capturing_stays_eager_after_a_load(
     # Built as planned: the loaded graph runs eagerly for the same reason, nothing captured.
     assert loaded_stats.captured == captured
     assert len(loaded_stats.fallbacks) == fallbacks + 1
+
+
+def _split_block(x: torch.Tensor) -> torch.Tensor:
+    # Split at the softmax: a piece that computes (the mul) before it, and after it a piece of
+    # views alone, which is not worth a graph.
+    return torch.softmax(x * 2.0, dim=-1).t().unsqueeze(0)
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_the_pieces_a_plan_captures_are_built_without_being_chosen_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from npu_compile import _piecewise
+
+    x = torch.randn(4, 8)
+    config = npu_compile.CompilerConfig()
+    config.aclgraph_config.splitting_ops = ["aten::_softmax"]
+    backend = npu_compile.get_npu_backend(compiler_config=config)
+    with torch._dynamo.config.patch(enable_aot_compile=True), torch.no_grad():
+        compiled = torch.compile(_split_block, backend=backend, fullgraph=True)
+        saved = compiled.aot_compile(((x,), {}))
+    saved.save_compiled_function(str(tmp_path / "split.aot"))
+    assert (backend.stats.piecewise, backend.stats.pieces) == (1, 1)
+
+    def refuse(*args: object) -> bool:
+        raise AssertionError("a loaded graph chose its pieces again")
+
+    _never_planned(monkeypatch)
+    monkeypatch.setattr(_piecewise, "_worth_capturing", refuse)
+    pieces = loaded_stats.pieces
+    loaded = _load(tmp_path / "split.aot")
+    with torch.no_grad():
+        for _ in range(3):
+            y = torch.randn(4, 8)
+            torch.testing.assert_close(loaded(y), _split_block(y))
+    assert loaded_stats.pieces == pieces + 1  # the one piece the plan chose

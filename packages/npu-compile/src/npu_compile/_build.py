@@ -129,7 +129,7 @@ def _pieces(
         stats.record_runner(runner)
         return runner.as_function()
 
-    split_gm = piecewise(gm, plan.splits, plan.kinds, make_runner)
+    split_gm = piecewise(gm, plan, make_runner)
     pieces = len(made)
     chosen = all(s.reason is FallbackReason.SPLITTING_OPS for s in plan.splits)
     described = tuple(s.describe() for s in plan.splits)

@@ -18,13 +18,16 @@ import dataclasses
 import logging
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from npu_mempool import InputKind
 
 from npu_compile._capturable import HOST_SYNC_OPS, called_op, op_name, op_tags, unsafe_tag
 from npu_compile._fallback import FallbackReason
+
+if TYPE_CHECKING:
+    from npu_compile._plan import GraphPlan
 
 __all__ = ["Split", "piecewise", "pieces_to_capture", "split_points"]
 
@@ -161,30 +164,33 @@ def _partitions(
     return partition_of, eager_partitions
 
 
-def pieces_to_capture(gm: torch.fx.GraphModule, splits: Sequence[Split]) -> int:
-    """How many pieces around ``splits`` are worth a graph (0: the graph runs eagerly)."""
+def pieces_to_capture(gm: torch.fx.GraphModule, splits: Sequence[Split]) -> tuple[int, ...]:
+    """The pieces around ``splits`` worth a graph, by partition (none: the graph runs eagerly).
+
+    A piece made only of operators that compute nothing (views, getitem) is not worth one: it
+    runs eagerly with the split nodes.
+    """
     partition_of, eager_partitions = _partitions(gm, splits)
     members: dict[int, list[torch.fx.Node]] = {}
     for node in gm.graph.nodes:
         part = partition_of.get(node.name)
         if part is not None and part not in eager_partitions:
             members.setdefault(part, []).append(node)
-    return sum(1 for nodes in members.values() if _worth_capturing(nodes))
+    return tuple(part for part, nodes in members.items() if _worth_capturing(nodes))
 
 
 def piecewise(
     gm: torch.fx.GraphModule,
-    splits: Sequence[Split],
-    kinds: Sequence[InputKind],
+    plan: GraphPlan,
     make_runner: Callable[[torch.fx.GraphModule, list[InputKind]], CompiledFn],
 ) -> torch.fx.GraphModule:
-    """``gm`` with its capturable runs replaced by graph runners.
+    """``gm`` with the pieces its plan captures replaced by graph runners.
 
     Args:
         gm: The AOT forward graph after every pass.
-        splits: Its split points (:func:`split_points`), with a piece worth capturing
-            (:func:`pieces_to_capture`).
-        kinds: The input class of each of ``gm``'s placeholders.
+        plan: Its plan (``PIECES``): the split points (:func:`split_points`), the pieces to
+            capture (:func:`pieces_to_capture`) and the input class of each of ``gm``'s
+            placeholders.
         make_runner: Makes the runner of a piece (its graph and input classes, pieces in
             order) and returns it as the function to call.
 
@@ -194,17 +200,15 @@ def piecewise(
     """
     from torch.fx.passes.split_module import split_module
 
-    partition_of, eager_partitions = _partitions(gm, splits)
+    partition_of, _ = _partitions(gm, plan.splits)
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    kind_of = dict(zip(placeholders, kinds, strict=True))
+    kind_of = dict(zip(placeholders, plan.kinds, strict=True))
     split = split_module(gm, gm, lambda node: partition_of[node.name], keep_original_order=True)
-    eager_modules = {f"submod_{p}" for p in eager_partitions}
+    captured = {f"submod_{p}" for p in plan.pieces}
     for node in list(split.graph.nodes):
-        if node.op != "call_module":
+        if node.op != "call_module" or str(node.target) not in captured:
             continue
         submodule = getattr(split, str(node.target))
-        if str(node.target) in eager_modules or not _worth_capturing(list(submodule.graph.nodes)):
-            continue
         piece_kinds = [
             kind_of.get(arg.name, InputKind.USER)
             if isinstance(arg, torch.fx.Node) and arg.op == "placeholder"

@@ -74,6 +74,9 @@ class GraphPlan:
         kinds: The input class of each graph input.
         fallback: Why it runs eagerly, and the message (``FALLBACK`` only).
         splits: The nodes that run eagerly between pieces (``PIECES``).
+        pieces: The pieces around ``splits`` that are captured, by their place among the
+            graph's partitions (``PIECES``); the others compute nothing worth a graph and run
+            eagerly too.
         padding: How calls are padded to the capture sizes (``CAPTURE``), if they are.
         tensorified: Which inputs and outputs that made device scalars, once done.
         guarded: Per input, whether Dynamo's guards pin it down (only when ``bypass``).
@@ -86,6 +89,7 @@ class GraphPlan:
     kinds: tuple[InputKind, ...] = ()
     fallback: tuple[FallbackReason, str] | None = None
     splits: tuple[Split, ...] = ()
+    pieces: tuple[int, ...] = ()
     padding: Padding | None = None
     tensorified: Tensorified | None = None
     guarded: tuple[bool, ...] | None = None

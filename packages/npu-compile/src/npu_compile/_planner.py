@@ -48,10 +48,17 @@ def plan_graph(
     if not settings.capture:
         return GraphPlan(name, device, Route.EAGER, facts.kinds, splits=splits, bypass=facts.bypass)
     if splits:
-        if not pieces_to_capture(gm, splits):
+        pieces = pieces_to_capture(gm, splits)
+        if not pieces:
             return fallback_plan(facts, *_nothing_to_capture(splits))
         return GraphPlan(
-            name, device, Route.PIECES, facts.kinds, splits=splits, bypass=facts.bypass
+            name,
+            device,
+            Route.PIECES,
+            facts.kinds,
+            splits=splits,
+            pieces=pieces,
+            bypass=facts.bypass,
         )
     # Not a training forward: its saved tensors would be cut to the batch as well.
     padding = (
