@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 import torch
 from npu_compile import DiagnoseReport, PhaseTiming, diagnose
-from npu_compile.diagnosis import DEVICE_BOUND, HOST_BOUND, _verdict
+from npu_compile._timing import _verdict
+from npu_compile.diagnosis import DEVICE_BOUND, HOST_BOUND
 
 
 def test_cpu_report_says_device_time_is_not_separable() -> None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -37,9 +36,12 @@ from typing import Any, TextIO
 
 import torch
 
-from npu_compile import _device
 from npu_compile._accel import first_tensor_device
+from npu_compile._timing import DEVICE_BOUND, HOST_BOUND, PhaseTiming, measure
 from npu_compile.configs.compiler_config import CompilerConfig
+
+# Defined with the measurement they come from; public here.
+PhaseTiming.__module__ = __name__
 
 __all__ = [
     "diagnose",
@@ -48,36 +50,6 @@ __all__ = [
     "HOST_BOUND",
     "DEVICE_BOUND",
 ]
-
-HOST_BOUND = "Host Bound"
-"""Verdict of a step whose device waits for the host's kernel launches."""
-DEVICE_BOUND = "Device Bound"
-"""Verdict of a step whose device work takes clearly longer than the host's enqueue."""
-# The device span includes the tail after the host returns; when the host enqueue time is at least
-# this fraction of the span, the device was mostly waiting on the host.
-_HOST_BOUND_RATIO = 0.8
-
-
-@dataclass(frozen=True)
-class PhaseTiming:
-    """Per-step timings of one way of running the step (median over the measured steps).
-
-    Attributes:
-        label: ``"eager"`` or ``"reduce-overhead"``.
-        host_ms: Wall time of the Python call, in milliseconds.
-        device_ms: Event-timed device span in milliseconds, ``None`` on CPU.
-        verdict: :data:`HOST_BOUND` or :data:`DEVICE_BOUND`.
-    """
-
-    label: str
-    host_ms: float
-    device_ms: float | None
-    verdict: str
-
-    @property
-    def step_ms(self) -> float:
-        """End-to-end time of one step (the larger of host and device time)."""
-        return max(self.host_ms, self.device_ms or 0.0)
 
 
 @dataclass(frozen=True)
@@ -156,37 +128,6 @@ class DiagnoseReport:
         return "\n".join(lines)
 
 
-def _verdict(host: float, device: float | None) -> str:
-    if device is None:
-        return HOST_BOUND
-    return HOST_BOUND if host >= _HOST_BOUND_RATIO * device else DEVICE_BOUND
-
-
-def _measure(
-    label: str,
-    fn: Callable[..., Any],
-    inputs: tuple[Any, ...],
-    device: torch.device,
-    steps: int,
-    warmup: int,
-) -> PhaseTiming:
-    for _ in range(warmup):
-        fn(*inputs)
-    _device.synchronize(device)
-    hosts: list[float] = []
-    devices: list[float] = []
-    for _ in range(steps):
-        # The result is dropped before the next call: a held output would make that call
-        # replay a second call path (outputs in use are never overwritten).
-        host, dev = _device.timed_call(lambda: fn(*inputs), device)[:2]
-        hosts.append(host * 1000.0)
-        if dev is not None:
-            devices.append(dev * 1000.0)
-    host_ms = statistics.median(hosts)
-    device_ms = statistics.median(devices) if devices else None
-    return PhaseTiming(label, host_ms, device_ms, _verdict(host_ms, device_ms))
-
-
 def diagnose(
     fn: Callable[..., Any],
     *inputs: Any,
@@ -244,7 +185,7 @@ def diagnose(
             break
     with torch.no_grad(), _profiled(trace):
         _say(progress, f"  diagnose eager: {warmup} warm-up + {steps} measured steps ...")
-        eager = _measure("eager", fn, inputs, device, steps, warmup)
+        eager = measure("eager", fn, inputs, device, steps, warmup)
         compiled = None
         if compare:
             from npu_compile.backend import get_npu_backend
@@ -257,7 +198,7 @@ def diagnose(
                 "steps ...",
             )
             started = time.perf_counter()
-            compiled = _measure(
+            compiled = measure(
                 "reduce-overhead", compiled_fn, inputs, device, steps, max(warmup, 2)
             )
             _say(progress, f"  diagnose: done in {time.perf_counter() - started:.1f}s")
