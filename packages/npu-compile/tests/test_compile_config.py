@@ -184,3 +184,32 @@ def test_pickle_round_trip_and_a_clear_error_for_pools() -> None:
     config.aclgraph_config.use_custom_pool = npu_mempool.graph_pool_handle("cpu")
     with pytest.raises(TypeError, match=r"aclgraph_config\.use_custom_pool = None"):
         pickle.dumps(config)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "experimental_config.aclgraph._aclnn_static_shape_kernel_build_dir",
+        "experimental_config.aclgraph._aclnn_static_shape_kernel_fallback_dir",
+    ],
+)
+def test_a_directory_npu_static_kernel_refuses_is_refused_when_assigned(path: str) -> None:
+    # One rule, npu-static-kernel's: a name longer than any file system takes was accepted here
+    # before and refused only when the backend was made.
+    config = CompilerConfig()
+    with pytest.raises(ConfigError, match="directory path") as info:
+        config.set(path, "x" * 300)
+    assert path in str(info.value)
+    assert config.get(path) is None
+    config.set(path, "build/kernels")
+    assert config.get(path) == "build/kernels"
+
+
+def test_the_capture_error_modes_are_npu_mempools() -> None:
+    config = CompilerConfig()
+    for mode in ("global", "thread_local", "relaxed"):
+        config.debug.aclgraph.capture_error_mode = mode
+        assert config.debug.aclgraph.capture_error_mode == mode
+    with pytest.raises(ConfigError, match=r"capture_error_mode.*one of") as info:
+        config.debug.aclgraph.capture_error_mode = "loose"
+    assert "debug.aclgraph.capture_error_mode" in str(info.value)

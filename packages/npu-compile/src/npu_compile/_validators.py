@@ -55,24 +55,40 @@ def choice(*allowed: str, hints: dict[str, str] | None = None) -> Validator[str]
     return validate
 
 
-def optional_path(path: str, value: object) -> str | None:
-    """``None`` or a non-empty path (``str`` or ``os.PathLike``), stored as ``str``.
+def static_kernel_dir(field: str) -> Validator[str | None]:
+    """``None`` or a directory path, as npu-static-kernel checks its ``StaticKernelOptions.field``.
 
-    Checked when assigned: a NUL byte (which no file system accepts) is refused here rather than
-    at the first compile, where it would only surface as a fallback.
+    The rule is npu-static-kernel's own (it owns the directories): checked when assigned, so that
+    a path it would refuse (empty, a NUL byte, a name or path too long for the file system) is
+    refused here with the option's name, not when the backend is made. Stored as given.
     """
-    if value is None:
-        return None
-    if isinstance(value, (str, os.PathLike)):
-        text = os.fspath(value)
-        if isinstance(text, str) and "\0" in text:
-            raise ConfigError(
-                f"{path} {text!r} contains a NUL byte, which no file system accepts; pass a "
-                "valid directory path"
-            )
-        if isinstance(text, str) and text:
-            return text
-    raise ConfigError(f"{path} must be None or a non-empty directory path, got {_describe(value)}")
+
+    def validate(path: str, value: object) -> str | None:
+        if value is None:
+            return None
+        import npu_static_kernel
+
+        try:
+            npu_static_kernel.StaticKernelOptions(**{field: value})  # type: ignore[arg-type]
+        except npu_static_kernel.ConfigError as error:
+            raise ConfigError(f"{path} must be None or a directory path: {error}") from None
+        # Checked above: a str, or an os.PathLike of one.
+        assert isinstance(value, (str, os.PathLike))
+        return str(os.fspath(value))
+
+    return validate
+
+
+def mempool_error_mode(path: str, value: object) -> str:
+    """One of the capture error modes npu-mempool's ``CaptureOptions`` accepts (its rule)."""
+    import npu_mempool
+
+    try:
+        npu_mempool.CaptureOptions(capture_error_mode=value)  # type: ignore[arg-type]
+    except npu_mempool.ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+    assert isinstance(value, str)
+    return value
 
 
 def pool_handle(path: str, value: object) -> object:

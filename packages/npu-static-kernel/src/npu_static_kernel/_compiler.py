@@ -24,7 +24,7 @@ from npu_static_kernel._cache import ArtifactCache, CacheEntry, now
 from npu_static_kernel._counters import StaticKernelCounters
 from npu_static_kernel._distributed import NodeRole, node_role
 from npu_static_kernel._inputs import describe, protected_args
-from npu_static_kernel._interface import BuildRequest, StaticKernelBuilder, path_of
+from npu_static_kernel._interface import BuildRequest, StaticKernelBuilder
 from npu_static_kernel._keys import compute_key
 from npu_static_kernel._options import FALLBACK_DIR_ENV, StaticKernelOptions, default_fallback_dir
 from npu_static_kernel._reasons import first_error_line
@@ -147,8 +147,10 @@ class StaticKernelCompiler:
                 "in the StaticKernelOptions instead"
             )
         self.options = options
-        # Made absolute once: a later chdir must not move the cache of a compiler in use.
-        self._build_dir = path_of(options.build_dir).absolute()
+        # Made absolute once: a later chdir must not move the cache of a compiler in use. The path
+        # was checked when the options were made (StaticKernelOptions owns that rule).
+        build_dir = options.build_dir
+        self._build_dir = (Path(build_dir) if build_dir is not None else Path.cwd()).absolute()
         self.builder = builder
         self.cache = ArtifactCache(self._build_dir)
         self._fallback_dir = (

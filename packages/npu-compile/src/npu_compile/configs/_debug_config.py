@@ -8,8 +8,8 @@ from npu_compile._options import _Group, _Node, _Option
 from npu_compile._validators import (
     boolean,
     callable_or_none,
-    choice,
     int_range,
+    mempool_error_mode,
     optional_choice,
     real_path,
 )
@@ -78,9 +78,7 @@ class AclGraphDebugConfig(_Node):
     strict = _Option(False, boolean, "raise instead of falling back to eager")
     keep_held_outputs = _Option(False, boolean, "never overwrite an output the caller holds")
     force_recapture = _Option(False, boolean, "recapture on every call")
-    capture_error_mode = _Option(
-        "thread_local", choice("global", "thread_local", "relaxed"), "capture error mode"
-    )
+    capture_error_mode = _Option("thread_local", mempool_error_mode, "capture error mode")
 
 
 class _DumpBase(_Node):

@@ -10,7 +10,7 @@ from npu_compile._validators import (
     int_list_or_none,
     int_range,
     optional_int_range,
-    optional_path,
+    static_kernel_dir,
 )
 from npu_compile.configs._effects import ASCEND, GE, INT64_MAX, NPU_PATTERNS
 
@@ -39,10 +39,10 @@ class ExperimentalAclGraphConfig(_Node):
 
     _aclnn_static_shape_kernel = _Option(False, boolean, "static kernel compilation")
     _aclnn_static_shape_kernel_build_dir = _Option[str | None](
-        None, optional_path, "static kernel build directory"
+        None, static_kernel_dir("build_dir"), "static kernel build directory"
     )
     _aclnn_static_shape_kernel_fallback_dir = _Option[str | None](
-        None, optional_path, "static kernel fallback directory"
+        None, static_kernel_dir("fallback_dir"), "static kernel fallback directory"
     )
     _aclnn_static_shape_kernel_sym_value_range = _Option[tuple[int, ...] | None](
         None, int_list_or_none, "symbolic values that get static kernels"
