@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import torch
 
@@ -15,6 +15,9 @@ from npu_compile import _device
 from npu_compile._demo_model import PROMPT_LENGTH, DemoConfig, TinyDecoder, greedy_generate
 from npu_compile._timing import measure
 from npu_compile.errors import DemoMismatchError
+
+if TYPE_CHECKING:
+    from npu_mempool import GraphRunner
 
 __all__ = ["DemoResult", "run_demo", "DEMO_MAX_BYTES", "demo_model_bytes", "check_demo_size"]
 
@@ -157,18 +160,11 @@ def check_demo_size(config: DemoConfig, limit: int = DEMO_MAX_BYTES) -> None:
         )
 
 
-def _runner_totals(runners: list[Any]) -> tuple[int, int, int | None]:
-    captures = replays = 0
-    pool: int | None = None
-    for runner in runners:
-        counters = getattr(runner, "counters", None)
-        if counters is None:
-            continue
-        captures += int(getattr(counters, "captures", 0))
-        replays += int(getattr(counters, "replays", 0))
-        value = getattr(counters, "pool_bytes", None)
-        if isinstance(value, int):
-            pool = (pool or 0) + value
+def _runner_totals(runners: list[GraphRunner]) -> tuple[int, int, int | None]:
+    """Captures, replays and pool bytes over ``runners`` (pool ``None``: no runner)."""
+    captures = sum(runner.counters.captures for runner in runners)
+    replays = sum(runner.counters.replays for runner in runners)
+    pool = sum(runner.counters.pool_bytes for runner in runners) if runners else None
     return captures, replays, pool
 
 
