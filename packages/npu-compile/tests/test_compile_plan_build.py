@@ -23,11 +23,14 @@ def _block(x: torch.Tensor) -> torch.Tensor:
 
 
 def _save(
-    config: npu_compile.CompilerConfig, x: torch.Tensor, path: Path
+    config: npu_compile.CompilerConfig,
+    x: torch.Tensor,
+    path: Path,
+    fn: Callable[[torch.Tensor], torch.Tensor] = _block,
 ) -> npu_compile.NpuBackend:
     backend = npu_compile.get_npu_backend(compiler_config=config)
     with torch._dynamo.config.patch(enable_aot_compile=True), torch.no_grad():
-        compiled = torch.compile(_block, backend=backend, fullgraph=True)
+        compiled = torch.compile(fn, backend=backend, fullgraph=True)
         saved = compiled.aot_compile(((x,), {}))
     saved.save_compiled_function(str(path))
     return backend
@@ -101,11 +104,7 @@ def test_the_pieces_a_plan_captures_are_built_without_being_chosen_again(
     x = torch.randn(4, 8)
     config = npu_compile.CompilerConfig()
     config.aclgraph_config.splitting_ops = ["aten::_softmax"]
-    backend = npu_compile.get_npu_backend(compiler_config=config)
-    with torch._dynamo.config.patch(enable_aot_compile=True), torch.no_grad():
-        compiled = torch.compile(_split_block, backend=backend, fullgraph=True)
-        saved = compiled.aot_compile(((x,), {}))
-    saved.save_compiled_function(str(tmp_path / "split.aot"))
+    backend = _save(config, x, tmp_path / "split.aot", _split_block)
     assert (backend.stats.piecewise, backend.stats.pieces) == (1, 1)
 
     def refuse(*args: object) -> bool:
