@@ -221,13 +221,10 @@ class Entry:
             return False
         if self._lent <= self._alone or not self.state.in_use(self):
             return True  # no other graph of the pool lent anything still in use
-        dispatching = _dispatching
-        outer = dispatching.call
-        dispatching.call = Reclaim(owner, args, user, pinned)
-        try:
+        # Off the common path (another graph's outputs are in use): ask again, letting those
+        # graphs take back what ended.
+        with reclaiming(Reclaim(owner, args, user, pinned)):
             return not self.state.in_use(self)
-        finally:
-            dispatching.call = outer
 
     def replay(self, args: tuple[Any, ...]) -> Any:
         """Copy the inputs in, replay, and hand the outputs out."""
