@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from npu_mempool import CaptureOptions, GraphRunner, _devices, graph_pool_handle
+from npu_mempool import CaptureError, CaptureOptions, GraphRunner, _devices, graph_pool_handle
 from npu_mempool._devices import emulated
 from npu_mempool._pool import state_of
 
@@ -248,3 +248,31 @@ def test_the_capture_error_mode_reaches_the_device(device: Device) -> None:
     runner(torch.ones(2))
     # The empty graph that holds the pool, then ours.
     assert device.modes == ["thread_local", "relaxed"]
+
+
+def test_the_fallback_reason_names_the_body_error_not_the_failed_end(
+    device: Device, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A body that fails mid-capture invalidates the capture, so ending it fails too: the first
+    # error is the cause a user can act on; the second would hide it behind the first.
+    def host_sync() -> None:
+        device.end_fails = "invalidated"
+        raise RuntimeError("cannot read a tensor's value on the host while capturing: .item()")
+
+    runner = GraphRunner(_failing(device, host_sync), options=CaptureOptions(warmup_runs=0))
+    with caplog.at_level(logging.WARNING, logger="npu_mempool"):
+        torch.testing.assert_close(runner(torch.ones(4)), torch.full((4,), 2.0))  # then eagerly
+    device.end_fails = None
+    assert runner.counters.fallbacks == 1
+    assert "while capturing: .item()" in caplog.text
+    assert "previous error during capture" not in caplog.text
+
+    strict = GraphRunner(
+        _failing(device, host_sync), options=CaptureOptions(warmup_runs=0, strict=True)
+    )
+    with pytest.raises(CaptureError, match=r"while capturing: \.item\(\)") as raised:
+        strict(torch.ones(4))
+    device.end_fails = None
+    cause = raised.value.__cause__
+    assert isinstance(cause, RuntimeError)
+    assert any("ending the capture then failed too" in note for note in cause.__notes__)

@@ -228,7 +228,7 @@ class ForwardCompiler:
                 return fallback_plan(facts, FallbackReason.TRAINING, TRAINING_REASON), fw_gm
             self.backward.saw_forward(fw_gm, kinds)
         fw_gm = _passes.run_post_grad_passes(fw_gm, example_inputs, settings.config, graph.name)
-        prepared = npu_streams.prepare_for_capture(fw_gm)
+        prepared = npu_streams.prepare_for_capture(fw_gm, graph.device)
         # A saved graph runs behind AOT's wrapper, which it brings along; never bypass it then.
         bypass = (
             not graph.saving

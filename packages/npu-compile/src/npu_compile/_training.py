@@ -168,7 +168,8 @@ class BackwardCompiler:
 
         from npu_compile._eager import forward_of
 
-        prepared = npu_streams.prepare_for_capture(gm)
+        device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), None)
+        prepared = npu_streams.prepare_for_capture(gm, device)
         reason = host_sync_reason(prepared)
         if reason is not None:
             return _boxed(self._fallback(prepared, FallbackReason.HOST_SYNC, reason))

@@ -108,6 +108,7 @@ class Entry:
         "_storages",
         "_user",
         "coexists",
+        "epoch",
         "graph",
         "key",
         "name",
@@ -148,6 +149,9 @@ class Entry:
         self.pool = pool
         # The pool's bookkeeping: this graph records its lent outputs there on every hand-out.
         self.state: PoolState = state_of(pool)
+        # Captured after the pool's last rewind so far: the allocator protects its blocks until
+        # the next one (PoolState.protects_lent_memory).
+        self.epoch = self.state.epoch
         # Addresses of the watched inputs (MUTATED, and PARAMETER unless frozen) at capture.
         self.ptrs = ptrs
         # The storages of the MUTATED inputs at capture, held weakly: while they all live, the
@@ -347,12 +351,21 @@ class Entry:
         return not any(storage.expired() for storage in self.storages)  # type: ignore[no-untyped-call]
 
     def discard(self) -> None:
-        """Free the graph, and its pool memory unless a handed-out output still uses it."""
+        """Let the graph go: free it now, or once no handed-out output uses its memory.
+
+        A graph whose outputs are still in use stays with its pool, as a lender, until they die
+        or are taken back (:meth:`PoolState.retire`): forgetting it would let the next rewind
+        give their memory to another capture, and the caller would read that capture's numbers.
+        """
+        if self.in_use():
+            self.state.retire(self)
+        else:
+            self.free()
+
+    def free(self) -> None:
+        """Free the graph and the pool memory only it holds (its outputs are no longer used)."""
         self.state.forget(self)
-        if not self.in_use():
-            self.graph.reset()
-        # else: the memory stays with the outputs that use it (a device tensor keeps its
-        # allocation; the CPU arena keeps the blocks until the pool goes).
+        self.graph.reset()
 
 
 #: ``tensor.untyped_storage()`` and ``storage._cdata`` as C callables (no frame per argument).

@@ -183,11 +183,15 @@ class CallPaths:
             path.pool = backend.new_pool(device)
         return path.pool, backend
 
-    def rewind(self, path: CallPath, pool: PoolHandle, backend: GraphBackend, name: str) -> None:
-        """Mode 2: return the pool to its state before the first capture, if nothing uses it."""
-        if not path.rewinds:
-            return
+    def rewind(self, path: CallPath, pool: PoolHandle, backend: GraphBackend, name: str) -> bool:
+        """Ready ``pool`` for a capture: in mode 2, return it to its state before the first one.
+
+        Returns whether the capture may go into ``pool``: not where an output in use lies in
+        memory the allocator no longer protects (see :meth:`PoolState.protects_lent_memory`).
+        """
         state = state_of(pool)
+        if not path.rewinds:
+            return state.protects_lent_memory()
         if not state.has_checkpoint:
             if not backend.checkpoint(pool):
                 log.warning(
@@ -196,11 +200,12 @@ class CallPaths:
                     name,
                 )
                 path.rewinds = False
-            return
+            return True
         if state.in_use():
-            # Outputs of this pool are still held: the new graph goes on top this time.
+            # Outputs of this pool are still held: the new graph goes on top this time, unless
+            # they lie in memory an earlier rewind gave back.
             log.debug("GraphRunner %r: pool outputs in use, capture without rewind", name)
-            return
+            return state.protects_lent_memory()
         if not backend.rewind(pool):
             log.warning(
                 "GraphRunner %r: its graph pool holds memory that its graphs do not own (a "
@@ -209,6 +214,7 @@ class CallPaths:
                 name,
             )
             path.rewinds = False
+        return True
 
     def capture_failed(self, path: CallPath, pool: PoolHandle, name: str) -> None:
         """A capture into ``pool`` failed: a pool it left unusable is not used again."""

@@ -27,6 +27,13 @@ def live_pool_bytes() -> int:
     return sum(pool.nbytes for pool in list(_LIVE_POOLS))
 
 
+#: A byte range of an arena: (chunk index, start, end).
+Span = tuple[int, int, int]
+#: What the emulation writes where a device graph's intermediates could lie: 0xFF bytes read as
+#: NaN in every floating dtype and -1 in every signed integer dtype, never as a plausible result.
+_SCRIBBLE = 0xFF
+
+
 class _Arena:
     """A real byte arena that emulates a device graph pool on CPU.
 
@@ -38,10 +45,21 @@ class _Arena:
     forgets the blocks allocated since (the next allocations land on the same bytes), exactly like
     the device allocator's ``setCheckpointPoolState``, except blocks the caller says are still in
     use.
+
+    [Note: emulated intermediates] Only static inputs and outputs are carved here; the work in
+    between runs in ordinary CPU memory. On a device, a capture also allocates its intermediates
+    from the pool, in whatever blocks are free at that moment, and every replay writes them
+    again. So the emulation writes a poison pattern over every byte of the pool that was free
+    when a graph's capture began (:meth:`free_spans`), at that capture and at each of its replays
+    (:meth:`scribble`), except the graph's own blocks. A held output whose memory the allocator
+    no longer protects (a block forgotten by a rewind, a freed graph's block) is then overwritten
+    on CPU as it would be on a device, and tests see it.
     """
 
     def __init__(self) -> None:
         self._chunks: list[mmap.mmap] = []
+        # The chunks as flat byte tensors (over the same memory), for scribbling.
+        self._views: list[torch.Tensor] = []
         # block id -> (chunk index, byte offset, byte length)
         self._blocks: dict[int, tuple[int, int, int]] = {}
         self._next_id = 0
@@ -51,6 +69,61 @@ class _Arena:
     def high_water(self) -> int:
         """Bytes of the pool ever in use at once, per chunk, summed."""
         return sum(self._ends)
+
+    @property
+    def chunks(self) -> int:
+        """Chunks mapped so far."""
+        return len(self._chunks)
+
+    @property
+    def allocated(self) -> int:
+        """Bytes of the blocks allocated now (what the allocator would not hand out)."""
+        return sum(length for _, _, length in self._blocks.values())
+
+    def free_spans(self) -> list[Span]:
+        """The byte ranges no block covers now, up to each chunk's end.
+
+        See [Note: emulated intermediates]; chunks added later are free as a whole
+        (:meth:`scribble` adds them).
+        """
+        spans: list[Span] = []
+        for chunk, memory in enumerate(self._chunks):
+            offset = 0
+            for start, length in sorted(
+                (start, length) for c, start, length in self._blocks.values() if c == chunk
+            ):
+                if start > offset:
+                    spans.append((chunk, offset, start))
+                offset = max(offset, start + length)
+            spans.append((chunk, offset, len(memory)))
+        return spans
+
+    def spans_of(self, blocks: list[int]) -> list[Span]:
+        """The byte ranges of ``blocks`` (those still allocated), sorted."""
+        return sorted(
+            (chunk, offset, offset + length)
+            for chunk, offset, length in (self._blocks[b] for b in blocks if b in self._blocks)
+        )
+
+    def scribble(self, spans: list[Span], chunks: int, own: list[Span]) -> None:
+        """Poison ``spans`` and every chunk from index ``chunks`` on, but not the ranges ``own``.
+
+        Only below each chunk's high-water mark: nothing above it was ever handed out. ``own``
+        are a graph's own blocks as :meth:`spans_of` gave them at its capture (a rewind since
+        may have forgotten them, but the graph still writes there).
+        """
+        spans = spans + [(c, 0, len(self._chunks[c])) for c in range(chunks, len(self._chunks))]
+        mine = [(chunk, begin, end - begin) for chunk, begin, end in own]
+        for chunk, start, end in spans:
+            end = min(end, self._ends[chunk])
+            for c, begin, length in mine:
+                if c != chunk or begin + length <= start or begin >= end:
+                    continue
+                if begin > start:
+                    self._views[chunk][start:begin].fill_(_SCRIBBLE)
+                start = max(start, begin + length)
+            if end > start:
+                self._views[chunk][start:end].fill_(_SCRIBBLE)
 
     def _fit(self, chunk: int, size: int) -> int | None:
         offset = 0
@@ -69,7 +142,10 @@ class _Arena:
             if offset is not None:
                 break
         else:
-            self._chunks.append(mmap.mmap(-1, max(size, _CHUNK)))
+            memory = mmap.mmap(-1, max(size, _CHUNK))
+            self._chunks.append(memory)
+            with torch.inference_mode(False):
+                self._views.append(torch.frombuffer(memory, dtype=torch.uint8))
             self._ends.append(0)
             chunk, offset = len(self._chunks) - 1, 0
         self._ends[chunk] = max(self._ends[chunk], offset + size)
@@ -126,12 +202,17 @@ class Lender(Protocol):
 
     #: Graphs of the pool whose outputs were alive when this one was captured (weakly).
     coexists: tuple[weakref.ref[Any], ...]
+    #: The pool's rewind count when it was captured (:attr:`PoolState.epoch`).
+    epoch: int
 
     def in_use(self) -> bool:
         """Whether an output it handed out (or a view of one) is still alive."""
 
     def release_stale(self) -> bool:
         """Take back outputs of ended steps; return whether its memory is now free."""
+
+    def free(self) -> None:
+        """Free the graph and the pool memory only it holds (its outputs are no longer used)."""
 
 
 class PoolState:
@@ -169,6 +250,14 @@ class PoolState:
         # replay or a rewind, their outputs' liveness decides whether the pool memory is free.
         # Changed in place only: graphs keep a view of its keys (lenders()).
         self._lent: dict[int, weakref.ref[Any]] = {}
+        # Graphs the runner let go of (a recapture, a dead KV cache, a failed capture, a reset)
+        # while outputs they handed out were still in use: held here, and lenders still, until
+        # those outputs die or are taken back, so that no rewind or capture hands their memory
+        # out. Freed then (see :meth:`in_use`).
+        self._retired: dict[int, Lender] = {}
+        # Rewinds so far: a graph captured before the last one may hold outputs in memory the
+        # allocator has since given to later captures (see :meth:`protects_lent_memory`).
+        self.epoch = 0
         # A device capture into this pool failed: no further capture may use it.
         self._broken = False
 
@@ -194,6 +283,20 @@ class PoolState:
         """Stop tracking ``lender`` (it is being freed)."""
         self._lent.pop(id(lender), None)
 
+    def retire(self, lender: Lender) -> None:
+        """Keep ``lender``, which its runner let go of, until its outputs are no longer used.
+
+        Until then it counts as a lender like any other graph: no rewind happens, no graph that
+        could overlap its outputs replays, and a capture allocates around them. It is freed
+        (:meth:`Lender.free`) the first time :meth:`in_use` finds its outputs dead or taken back.
+        """
+        self._retired[id(lender)] = lender
+        self._lent[id(lender)] = weakref.ref(lender)
+
+    def retired(self) -> int:
+        """Graphs let go of whose outputs are still in use (for tests and diagnostics)."""
+        return len(self._retired)
+
     def in_use(self, but: Lender | None = None) -> bool:
         """Whether outputs handed out by graphs of this pool (other than ``but``) are alive.
 
@@ -212,6 +315,9 @@ class PoolState:
                 continue  # its live outputs were live when `but` was captured: no overlap
             if lender is None or not lender.in_use() or lender.release_stale():
                 lent.pop(ident, None)
+                retired = self._retired.pop(ident, None)
+                if retired is not None:
+                    retired.free()
             else:
                 busy = True
         return busy
@@ -220,6 +326,21 @@ class PoolState:
         """The graphs whose handed-out outputs are alive now (asked before a capture)."""
         return tuple(
             ref for ref in self._lent.values() if (lender := ref()) is not None and lender.in_use()
+        )
+
+    def protects_lent_memory(self) -> bool:
+        """Whether the allocator still protects the memory of every output in use.
+
+        Asked before a capture into the pool without a rewind. A graph captured before the last
+        rewind keeps its static addresses, which the rewind gave back to the allocator (graphs
+        of different shapes share memory, and replay in turn); an output it handed out after
+        the rewind lies in memory the allocator may hand to the new capture, for its outputs or
+        its intermediates. Such a capture must go into another pool.
+        """
+        return all(
+            lender.epoch == self.epoch
+            for ref in self._lent.values()
+            if (lender := ref()) is not None and lender.in_use()
         )
 
     # -- rewind (mode 2) -----------------------------------------------------------------------
@@ -249,6 +370,7 @@ class PoolState:
     def rewound(self) -> None:
         """The pool was rewound: the recorded tensors no longer own their memory."""
         self._owned.clear()
+        self.epoch += 1
 
     # -- failure -------------------------------------------------------------------------------
 

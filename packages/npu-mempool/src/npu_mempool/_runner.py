@@ -205,6 +205,7 @@ class GraphRunner:
                 return self._eager_call(args)
             if self._options.force_recapture:
                 return self._recapture(key, args)
+            missing = None
             for path in self._paths:
                 found = None
                 for entry in path.entries.get(key, ()):
@@ -212,15 +213,21 @@ class GraphRunner:
                         found = entry
                         break
                 if found is None:
-                    self._check_layout(layout, args)
-                    return self._miss(path, key, args)
+                    # Captured here if no later path has a free graph for the call.
+                    if missing is None:
+                        missing = path
+                    continue
                 # Where its memory is in use, outputs of ended steps may give it back (_steps), the
                 # ones this call passes in read first (_entry.Reclaim).
                 if found.claim(self._owner, args, layout.user, layout.pinned):
                     self.counters.replays += 1
                     return found.replay(args)
                 # Still in use: try the next call path.
-            return self._miss(self._call_paths.add_path(self.name), key, args)
+            if missing is None:
+                missing = self._call_paths.add_path(self.name)
+            else:
+                self._check_layout(layout, args)
+            return self._miss(missing, key, args)
 
     def as_function(self) -> Callable[..., Any]:
         """A plain function that does what calling the runner does (it keeps the runner alive).
@@ -313,7 +320,11 @@ class GraphRunner:
             fn = self._specialize(key, args) if self._specialize is not None else self._fn
             self._specialized[key] = fn
         with reclaiming(self._reclaim(layout, args)):
-            paths.rewind(path, pool, backend, self.name)
+            if not paths.rewind(path, pool, backend, self.name):
+                # Outputs in use lie where this pool would put the new graph: another path.
+                path = paths.add_path(self.name)
+                pool, backend = paths.pool_for(path, args, layout, self.name)
+                paths.rewind(path, pool, backend, self.name)
         started = time.perf_counter()
         try:
             with profiled("npu_mempool.capture"):

@@ -77,9 +77,14 @@ def record_tagged_stream(tensor: torch.Tensor, tag: str) -> None:
 
 
 @torch.library.custom_op(f"{NAMESPACE}::record", mutates_args=())
-def record() -> torch.Tensor:
-    """A marker tensor for this point of the current stream (pass it to ``wait``)."""
-    return torch.empty(0)
+def record(device: torch.device | None = None) -> torch.Tensor:
+    """A marker tensor for this point of the current stream (pass it to ``wait``).
+
+    An empty tensor on ``device`` (default: the CPU). :func:`npu_streams.prepare_for_capture`
+    puts the markers of a graph on the graph's device: one on another device would read as
+    work for another device, which no device graph may contain.
+    """
+    return torch.empty(0, device=device)
 
 
 @torch.library.custom_op(f"{NAMESPACE}::wait", mutates_args=())
@@ -113,8 +118,8 @@ def _fake_stream_enter(tag: str, priority: str, inner_parallel: str = "True") ->
 
 
 @record.register_fake
-def _fake_record() -> torch.Tensor:
-    return torch.empty(0)
+def _fake_record(device: torch.device | None = None) -> torch.Tensor:
+    return torch.empty(0, device=device)
 
 
 @wait.register_fake

@@ -19,6 +19,7 @@ the main stream.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 
@@ -164,7 +165,9 @@ def _join_point(graph: torch.fx.Graph) -> torch.fx.Node:
         point = previous
 
 
-def prepare_for_capture(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+def prepare_for_capture(
+    gm: torch.fx.GraphModule, device: torch.device | None = None
+) -> torch.fx.GraphModule:
     """Prepare a graph with stream scopes for capture into a device graph (in place).
 
     Validates that scopes are balanced, inserts the fork/join event pairs that side streams need
@@ -175,6 +178,9 @@ def prepare_for_capture(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
     Args:
         gm: The graph module to prepare; it is modified in place and returned.
+        device: The device the graph runs on. Where given, the :func:`~npu_streams.record`
+            markers of the graph are made there (they are CPU tensors when traced), so that a
+            check of the graph's devices sees no CPU work in it.
 
     Returns:
         ``gm``.
@@ -188,6 +194,8 @@ def prepare_for_capture(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     names = [_op_name(node) for node in graph.nodes]
     if not any(names):
         return gm
+    if device is not None and _place_markers(graph, torch.device(device)):
+        gm.recompile()
     already_prepared = any(name in _INTERNAL for name in names)
     scopes = _label_and_validate(graph)
     side_scopes = [(enter, exit_, tag) for enter, exit_, tag in scopes if tag != DEFAULT_TAG]
@@ -216,6 +224,26 @@ def prepare_for_capture(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     graph.lint()
     gm.recompile()
     return gm
+
+
+def _place_markers(graph: torch.fx.Graph, device: torch.device) -> bool:
+    """Make every ``record()`` marker of ``graph`` on ``device``; return whether one moved."""
+    moved = False
+    for node in graph.nodes:
+        if _op_name(node) != "record":
+            continue
+        old = node.meta.get("val")
+        if isinstance(old, torch.Tensor) and old.device == device and node.kwargs:
+            continue
+        node.args = ()
+        node.kwargs = {"device": device}
+        # The marker's value as tracing would have made it: a fake tensor where the graph was
+        # traced with fake tensors, else an empty tensor (no memory) on the device.
+        mode = getattr(old, "fake_mode", None)
+        with mode if mode is not None else contextlib.nullcontext():
+            node.meta["val"] = torch.empty(0, device=device)
+        moved = True
+    return moved
 
 
 def _order_waits(graph: torch.fx.Graph, graph_id: int) -> None:

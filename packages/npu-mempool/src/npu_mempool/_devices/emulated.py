@@ -9,7 +9,7 @@ import torch
 
 from npu_mempool._devices.base import Body, Graph, Rerun, dense_strides
 from npu_mempool._devices.registry import DeviceType
-from npu_mempool._pool import PoolHandle, state_of
+from npu_mempool._pool import PoolHandle, Span, state_of
 
 __all__ = ["DEVICE", "EmulatedBackend", "EmulatedGraph"]
 
@@ -20,7 +20,12 @@ def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class EmulatedGraph:
-    """Replay re-runs the captured callable and copies its results into the static outputs."""
+    """Replay re-runs the captured callable and copies its results into the static outputs.
+
+    Each replay first poisons the pool memory a device replay could write intermediates to:
+    what was free when the capture began, less the graph's own blocks (see [Note: emulated
+    intermediates] in ``_pool``).
+    """
 
     def __init__(
         self,
@@ -30,6 +35,7 @@ class EmulatedGraph:
         pool: PoolHandle,
         blocks: list[int],
         shared: Sequence[tuple[torch.Tensor, int]] = (),
+        scratch: tuple[list[Span], int] = ([], 0),
     ) -> None:
         self._rerun: Rerun | None = rerun
         self._dst = dst
@@ -37,6 +43,10 @@ class EmulatedGraph:
         self._shared = list(shared)
         self._pool = pool
         self._blocks = blocks
+        # Where a device graph's intermediates could lie: the spans free at the capture's start,
+        # and every chunk mapped since, less the graph's own blocks.
+        self._scratch = scratch
+        self._own = state_of(pool).arena.spans_of(blocks)  # type: ignore[union-attr]
 
     def replay(self, args: tuple[Any, ...]) -> None:
         rerun = self._rerun
@@ -51,6 +61,10 @@ class EmulatedGraph:
             self._run(rerun, args)
 
     def _run(self, rerun: Rerun, args: tuple[Any, ...]) -> None:
+        arena = state_of(self._pool).arena
+        assert arena is not None
+        spans, chunks = self._scratch
+        arena.scribble(spans, chunks, self._own)
         out = rerun(args)
         if self._src:
             torch._foreach_copy_(self._dst, [out[i] for i in self._src])
@@ -85,6 +99,9 @@ class EmulatedBackend:
         arena = state_of(pool).arena
         assert arena is not None, "an emulated graph needs a CPU pool"
         blocks: list[int] = []
+        # A device capture allocates its intermediates from whatever the pool has free now.
+        scratch = (arena.free_spans(), arena.chunks)
+        arena.scribble(*scratch, own=[])
 
         def static_like(x: torch.Tensor) -> torch.Tensor:
             block, tensor = arena.empty(x.shape, x.dtype, dense_strides(x))
@@ -94,7 +111,14 @@ class EmulatedBackend:
             return tensor
 
         with torch.no_grad():
-            leaves, rerun, inputs = body(static_like)
+            try:
+                leaves, rerun, inputs = body(static_like)
+            except BaseException:
+                # A failed capture keeps nothing: its static inputs go back to the pool, as a
+                # device's failed capture gives its allocations back when its graph goes.
+                for block in blocks:
+                    arena.free(block)
+                raise
             # Outputs that alias an input (a view of a KV cache, of a static input) are live
             # memory already updated by the re-run; everything else gets a static buffer.
             aliased = {t.untyped_storage()._cdata for t in inputs}
@@ -141,7 +165,7 @@ class EmulatedBackend:
                 static[i] = buffer
                 dst.append(buffer)
                 src.append(i)
-        graph = EmulatedGraph(rerun, dst, src, pool, blocks, shared)
+        graph = EmulatedGraph(rerun, dst, src, pool, blocks, shared, scratch)
         return graph, static
 
     def checkpoint(self, pool: PoolHandle) -> bool:

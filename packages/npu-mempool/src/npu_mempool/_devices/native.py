@@ -139,11 +139,24 @@ class DeviceBackend:
 
         self._family.drop_library_workspaces()
         stream = self._family.current_stream(pool.device)
+        failed: list[BaseException] = []
         try:
             with torch.no_grad(), self._capturing(pool, made, error_mode):
-                leaves, _rerun, _inputs = body(static_like)
-        except BaseException:
+                try:
+                    leaves, _rerun, _inputs = body(static_like)
+                except BaseException as error:
+                    failed.append(error)
+                    raise
+        except BaseException as error:
             self._abandon(pool, made[0] if made else None, stream)
+            if failed and error is not failed[0]:
+                # Ending a capture whose body failed fails too ("operation failed due to a
+                # previous error during capture"): the body's error is the cause to report.
+                first = failed[0]
+                first.add_note(
+                    f"ending the capture then failed too: {type(error).__name__}: {error}"
+                )
+                raise first from None
             raise
         finally:
             self._family.drop_library_workspaces()
