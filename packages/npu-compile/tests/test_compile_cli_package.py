@@ -29,7 +29,7 @@ _CHILD = textwrap.dedent(
     codes = [
         main(["demo", "--tokens", "3", *small]),
         main(["bench", "--steps", "1", "--device", "cpu", "--quiet", "--out", sys.argv[1]]),
-        main(["diagnose", "--steps", "1", *small]),
+        main(["diagnose", "--steps", "1", "--max-seconds", "2", *small]),
     ]
     files = [getattr(m, "__file__", None) or "" for m in list(sys.modules.values())]
     print(json.dumps({"codes": codes, "files": files}))
