@@ -39,6 +39,29 @@ def test_demo_generates_identical_tokens(capsys: pytest.CaptureFixture[str]) -> 
     assert "6/6" in captured.err  # progress went to stderr
 
 
+def test_demo_counts_the_launches_one_replay_replaces() -> None:
+    from npu_compile._demo import _launches_per_step, run_demo
+    from npu_compile._demo_model import DemoConfig, TinyDecoder
+
+    def launches(layers: int) -> int:
+        model = TinyDecoder(DemoConfig(layers=layers, dim=32)).eval()
+        return _launches_per_step(model, model.decode_step_inputs())
+
+    config = DemoConfig(layers=1, dim=32)
+    cpu = torch.device("cpu")
+    result = run_demo(tokens=3, device=cpu, config=config, progress=None, print_fn=str)
+    assert result.identical
+    # One captured graph per decode step: one replay instead of every kernel of the step.
+    assert result.replays_per_step == 1
+    assert result.launches_per_step is not None
+    assert result.launches_per_step > 1
+    assert f"{result.launches_per_step} kernel launches" in result.table()
+    assert "1 graph replay" in result.table()
+    # Each decoder block adds the same kernels: the count grows by one block's per layer.
+    two, three = launches(2), launches(3)
+    assert two - result.launches_per_step == three - two > 0
+
+
 def test_demo_fails_when_tokens_differ(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
