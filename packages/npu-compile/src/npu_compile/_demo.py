@@ -338,7 +338,7 @@ def _compare(
     )
 
 
-class _CompiledCodeRecorder(OpStatisticsRecorder):
+class _CompiledCodeRecorder(OpStatisticsRecorder):  # type: ignore[no-untyped-call]
     """npu-static-kernel's op recorder, which compiled code runs under.
 
     Dynamo runs a compiled frame's Python eagerly, not its compiled code, while a dispatch mode is

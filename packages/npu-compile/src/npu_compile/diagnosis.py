@@ -275,8 +275,8 @@ def diagnose(
         names = " and ".join(variants)
         _say(
             progress,
-            f"  diagnose eager: {warmup} warm-up step(s), then {names} in turn for {steps}+ "
-            f"rounds, until each median is within ±{tolerance:.0%} or {max_seconds:g} s ...",
+            f"  diagnose {names}: warm-up, then {steps}+ rounds in turn, until each median is "
+            f"known within ±{tolerance:.0%} or for {max_seconds:g} s at most ...",
         )
         started = time.perf_counter()
         timings, rounds = compare_steps(
