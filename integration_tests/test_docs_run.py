@@ -1,70 +1,89 @@
-"""Every ```python block of every README runs, in an empty directory, as a user would paste it.
+"""The documentation's code blocks are all run, or say why not.
 
-A block that needs an accelerator opts out with a first line ``# doc-test: skip (<reason>)``;
-the test checks that such blocks are rare and say why.
+The blocks themselves run as test items of their own (Sybil, ``testing/doc_blocks.py``, collected
+by the root ``conftest.py`` from the documents ``nox -s integration`` names). These tests check
+that nothing escapes that: every block has a language the doc test knows, Sybil finds every
+Python and Bash block, and a block that is not run says why in a comment the reader sees.
 """
 
 from __future__ import annotations
 
-import ast
 import re
-import runpy
+import shlex
 from pathlib import Path
 
 import pytest
+from doc_blocks import DOCUMENTS, LANGUAGES, ROOT, Block, blocks, skip_reason
+from sybil import Sybil
+from sybil.parsers.markdown import CodeBlockParser
 
-ROOT = Path(__file__).resolve().parent.parent
-READMES = [ROOT / "README.md", *sorted(ROOT.glob("packages/*/README.md"))]
-SKIP = re.compile(r"#\s*doc-test:\s*skip\s*\((?P<reason>[^)]+)\)")
-_FENCE = re.compile(r"^```python\n(?P<code>.*?)^```", re.DOTALL | re.MULTILINE)
-
-
-def _blocks() -> list[tuple[str, str]]:
-    found = []
-    for readme in READMES:
-        text = readme.read_text()
-        for number, match in enumerate(_FENCE.finditer(text), start=1):
-            name = f"{readme.relative_to(ROOT)}#{number}"
-            found.append((name, match.group("code")))
-    return found
+ALL_BLOCKS = [block for path in DOCUMENTS for block in blocks(path)]
+RUNNABLE = [block for block in ALL_BLOCKS if block.language in ("python", "bash")]
+# What a skipped block may lack here: hardware, hosts, the network, or CI runs it elsewhere.
+REASON = re.compile(r"^(needs |CI runs )")
 
 
-BLOCKS = _blocks()
+def _name(block: Block) -> str:
+    return f"{block.path.relative_to(ROOT)}:{block.line}"
 
 
-def test_readmes_have_python_examples() -> None:
-    names = {name.split("#")[0] for name, _ in BLOCKS}
-    assert "README.md" in names
-    assert len(names) == len(READMES), "every README shows a Python example"
+def test_the_documents_exist_and_have_blocks() -> None:
+    assert all(path.is_file() for path in DOCUMENTS)
+    names = {str(path.relative_to(ROOT)) for path in DOCUMENTS}
+    assert {"README.md", "CONTRIBUTING.md", "docs/serving-vllm.md"} <= names
+    assert len([n for n in names if n.startswith("packages/")]) == 5
+    # Every README shows a Python example that runs here.
+    readmes = [path for path in DOCUMENTS if path.name == "README.md"]
+    shown = {
+        block.path
+        for block in RUNNABLE
+        if block.language == "python" and not skip_reason(block.source)
+    }
+    assert set(readmes) <= shown, sorted(str(p) for p in set(readmes) - shown)
 
 
-def test_skipped_blocks_are_rare_and_say_why() -> None:
-    skipped = [name for name, code in BLOCKS if SKIP.search(code.splitlines()[0])]
-    assert len(skipped) <= 1, f"too many README blocks skip the doc test: {skipped}"
+@pytest.mark.parametrize("block", ALL_BLOCKS, ids=_name)
+def test_every_block_has_a_language_the_doc_test_knows(block: Block) -> None:
+    # A block with no language (or another one) would be neither run nor marked.
+    assert block.language in LANGUAGES, (
+        f"{_name(block)}: ```{block.language} is not one of {LANGUAGES}"
+    )
 
 
-@pytest.mark.parametrize(("name", "code"), BLOCKS, ids=[name for name, _ in BLOCKS])
-def test_readme_blocks_use_relative_paths(name: str, code: str) -> None:
-    # A pasted example must not write to places like /path/test (or need root to run).
-    absolute = [
-        node.value
-        for node in ast.walk(ast.parse(code))
-        if isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and node.value.startswith("/")
-    ]
-    assert absolute == [], f"{name} uses absolute paths {absolute}"
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_sybil_finds_every_python_and_bash_block(path: Path) -> None:
+    sybil = Sybil(
+        parsers=[
+            CodeBlockParser(language="python", evaluator=lambda example: None),
+            CodeBlockParser(language="bash", evaluator=lambda example: None),
+        ]
+    )
+    found = sorted(example.line for example in sybil.parse(path).examples())
+    expected = sorted(block.line for block in RUNNABLE if block.path == path)
+    assert found == expected
 
 
-@pytest.mark.parametrize(("name", "code"), BLOCKS, ids=[name for name, _ in BLOCKS])
-def test_readme_block_runs(
-    name: str, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    first = code.splitlines()[0] if code.strip() else ""
-    if match := SKIP.search(first):
-        pytest.skip(f"{name}: {match.group('reason')}")
-    script = tmp_path / "block.py"
-    script.write_text(code)
-    monkeypatch.chdir(tmp_path)
-    # Warnings are errors here as in every test: a README example should run clean.
-    runpy.run_path(str(script), run_name="__main__")
+def test_skipped_blocks_say_why_and_are_few() -> None:
+    skipped = {_name(block): skip_reason(block.source) for block in RUNNABLE}
+    skipped = {name: reason for name, reason in skipped.items() if reason is not None}
+    wrong = {name: reason for name, reason in skipped.items() if not REASON.match(reason or "")}
+    assert wrong == {}, "a skip says what CI lacks: (needs ...) or (CI runs ...)"
+    # Most blocks run: a skip is for what CI cannot do.
+    assert len(skipped) <= len(RUNNABLE) // 2, skipped
+
+
+def test_the_quick_start_is_what_ci_runs() -> None:
+    # The README's first block is skipped because .ci/run runs its nox commands itself.
+    quick_start = next(b for b in RUNNABLE if b.path == ROOT / "README.md")
+    assert skip_reason(quick_start.source) == "CI runs these two commands itself, in .ci/run"
+    commands = []
+    for line in quick_start.source.splitlines():
+        code = line.split("#", 1)[0]
+        for part in code.split("&&"):
+            words = shlex.split(part)
+            if words and words[0] == "nox":
+                commands.append(words)
+    assert commands == [["nox", "-s", "demo"], ["nox"]]
+    ci = [line.split() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    ran = [words[2:] for words in ci if words[:3] == ["python3", "-m", "nox"]]
+    assert ran == commands

@@ -13,7 +13,10 @@ def test_seed_003_diagnose_a_decode_step(device: torch.device) -> None:
     token = model.prompt()[:, :1].contiguous()
     position = torch.full((1,), 8, dtype=torch.long, device=device)
     with npu_mempool.counters.expect(captures=1):
-        report = npu_compile.diagnose(model, token, position, steps=5, warmup=2)
+        # A bound of ±100 % settles on the busiest machine: this checks the verdict's rule.
+        report = npu_compile.diagnose(
+            model, token, position, steps=5, warmup=2, tolerance=1.0, max_seconds=30
+        )
     assert report.verdict in {"Host Bound", "Device Bound"}
     assert report.compiled is not None
     assert report.eager.host_ms > 0

@@ -3,7 +3,8 @@
 vLLM's own multi-node launch with the ``mp`` executor: node 0 is ``vllm.LLM(..., nnodes=2,
 node_rank=0, master_addr="127.0.0.1", master_port=P)`` (``_serve.py``), node 1 is ``vllm serve
 MODEL --headless --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port P`` started from
-Python (``_headless.py``: the CPU wheel's ``vllm`` command does not start). The nodes meet at
+Python with the ``headless.py`` that ``docs/serving-vllm.md`` (section 3) shows, taken from the
+page as a reader saves it (the CPU wheel's ``vllm`` command does not start). The nodes meet at
 ``torch.distributed`` init over loopback; each runs one worker, so ``tensor_parallel_size=2`` or
 ``pipeline_parallel_size=2`` spans both. Ray is not run: at vLLM 0.32 the CPU platform declares no
 Ray device key, so Ray refuses the CPU backend.
@@ -27,6 +28,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,6 +40,7 @@ if importlib.util.find_spec("vllm") is None:
     pytest.skip("needs vLLM (`nox -s vllm-multinode` installs it)", allow_module_level=True)
 
 import npu_compile
+from doc_blocks import file_block
 
 from integration_tests.vllm._cluster import Cluster, free_port, python, serve_flags
 from integration_tests.vllm._serve import ENGINE_ARGS, RESULT_PREFIX, engine_env
@@ -53,6 +56,7 @@ COMPILED = {"compilation_config": {"mode": 2, "backend": "npu_compile"}}
 # One engine start takes a minute or two here; a run that fails at the node check, under one.
 RUN_SECONDS = 600.0
 DISAGREE = "npu-compile: vLLM's nodes disagree: "
+SERVING_DOC = ROOT / "docs" / "serving-vllm.md"
 
 
 def _multinode(rank: int, port: int) -> dict[str, Any]:
@@ -63,6 +67,18 @@ def _multinode(rank: int, port: int) -> dict[str, Any]:
         "master_port": port,
         "distributed_executor_backend": "mp",
     }
+
+
+def _headless(checkpoint: Path) -> list[str]:
+    """Node 1's command line: ``python headless.py CHECKPOINT --headless`` (flags follow).
+
+    ``headless.py`` is the block of ``docs/serving-vllm.md`` that the page says to save under that
+    name, written out as it stands there: the nodes run what users are told to run.
+    """
+    script = checkpoint.parent / "headless-node" / "headless.py"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(file_block(SERVING_DOC, "headless.py"), encoding="utf-8")
+    return [sys.executable, str(script), str(checkpoint), "--headless"]
 
 
 def _env(cache_root: Path, path: list[Path], extra: Mapping[str, str]) -> dict[str, str]:
@@ -88,8 +104,7 @@ def _start_nodes(
     headless = {**ENGINE_ARGS, **options, **LIMITS, **_multinode(1, port)}
     node1 = cluster.start(
         1,
-        python("integration_tests.vllm._headless", str(checkpoint), "--headless")
-        + serve_flags(headless),
+        _headless(checkpoint) + serve_flags(headless),
         _env(caches[1], paths[1], envs[1]),
         cwd=caches[1],
     )
@@ -314,8 +329,7 @@ def _fail_while_a_node_runs(
         clusters.append(cluster)
         cluster.start(
             1,
-            python("integration_tests.vllm._headless", str(checkpoint), "--headless")
-            + serve_flags(headless),
+            _headless(checkpoint) + serve_flags(headless),
             _env(cache, [], {}),
             cwd=cache,
         )

@@ -129,6 +129,15 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "_pipeline.ForwardCompiler reads AOT's ViewAndMutationMeta of the graph",
         probe=_forward_metadata,
     ),
+    # Dispatch: the demo counts the ATen ops a compiled step runs.
+    PrivateApi(
+        "torch.utils._python_dispatch.TorchDispatchMode.ignore_compile_internals",
+        "dispatch",
+        "_demo._CompiledCodeRecorder overrides it so that Dynamo runs the compiled decode step "
+        "under npu-static-kernel's op recorder (the launches row of the demo's table)",
+        optional="Dynamo runs the step's Python under the recorder: the launches row counts the "
+        "eager model's ATen ops instead of the captured graph's",
+    ),
     PrivateApi(
         "torch._ops.HigherOrderOperator",
         "FX",

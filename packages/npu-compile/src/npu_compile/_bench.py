@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import secrets
-import statistics
 import time
 import timeit
 import types
@@ -32,6 +31,7 @@ import torch
 
 from npu_compile import _device
 from npu_compile._demo_model import DemoConfig, TinyDecoder
+from npu_compile._timing import Summary, alternate, summarize
 from npu_compile.errors import OutputError
 
 __all__ = [
@@ -53,6 +53,8 @@ class BenchRow:
     Attributes:
         name: Variant name.
         us_per_call: Best-round microseconds per call, ``None`` when skipped or failed.
+        median_us: Median over the rounds of microseconds per call.
+        spread_us: Interquartile range over the rounds of microseconds per call.
         note: Why it was skipped, or extra detail.
         matches_eager: Whether the variant's output equals eager's (within 1e-3, and the same
             greedy tokens); ``None`` where it was not checked.
@@ -65,6 +67,8 @@ class BenchRow:
     name: str
     us_per_call: float | None
     note: str = ""
+    median_us: float | None = None
+    spread_us: float | None = None
     matches_eager: bool | None = None
     max_abs_diff: float | None = None
     cudagraph_skips: int | None = None
@@ -93,12 +97,16 @@ class BenchReport:
         """Render as a fixed-width text table."""
         base = next((r.us_per_call for r in self.rows if r.name == "eager"), None)
         lines = [f"{self.title} on {self.device}"]
-        header = f"{'variant':<28} {'µs/call':>10} {'vs eager':>9}  note"
+        header = (
+            f"{'variant':<28} {'µs/call':>10} {'vs eager':>9} {'median':>10} {'spread':>8}  note"
+        )
         lines += [header, "-" * len(header)]
         for row in self.rows:
             value = f"{row.us_per_call:10.1f}" if row.us_per_call is not None else f"{'-':>10}"
             ratio = f"{base / row.us_per_call:8.2f}x" if base and row.us_per_call else f"{'':>9}"
-            lines.append(f"{row.name:<28} {value} {ratio}  {row.note}")
+            median = f"{row.median_us:10.1f}" if row.median_us is not None else f"{'':>10}"
+            spread = f"{row.spread_us:8.1f}" if row.spread_us is not None else f"{'':>8}"
+            lines.append(f"{row.name:<28} {value} {ratio} {median} {spread}  {row.note}")
         for key, value in self.extra.items():
             lines.append(f"{key}: {value}")
         return "\n".join(lines)
@@ -125,23 +133,26 @@ def _environment(device: torch.device, threads: int) -> dict[str, str]:
     }
 
 
-def _time_steps(step: Callable[[], object], device: torch.device, steps: int, warmup: int) -> float:
-    """Best µs per call over 10 rounds of ``steps`` calls each (synchronised per round).
+def _time_steps(
+    step: Callable[[], object], device: torch.device, steps: int, warmup: int
+) -> Summary:
+    """µs per call over 10 rounds of ``steps`` calls each (synchronised per round).
 
-    The best round is the least disturbed one: on a shared machine, medians mostly measure the
-    neighbours.
+    The table's figure is the best round, the least disturbed one: on a shared machine, medians
+    mostly measure the neighbours; the median and spread say how much they did.
     """
     for _ in range(warmup):
         step()
     _device.synchronize(device)
-    rounds = []
-    for _ in range(10):
+
+    def one_round() -> float:
         start = time.perf_counter()
         for _ in range(steps):
             step()
         _device.synchronize(device)
-        rounds.append((time.perf_counter() - start) / steps * 1e6)
-    return min(rounds)
+        return (time.perf_counter() - start) / steps * 1e6
+
+    return alternate({"step": one_round}, min_rounds=10, max_rounds=10).summary("step")
 
 
 def _note(progress: TextIO | None, text: str) -> None:
@@ -192,9 +203,10 @@ def _decode_step_bench(
         skips = _cudagraph_skips()
         try:
             with torch.no_grad():
-                us = _time_steps(lambda: fn(token, position), device, steps, warmup=3)
+                timing = _time_steps(lambda: fn(token, position), device, steps, warmup=3)
                 # A fast variant that computes something else is no result: check it too.
-                row = BenchRow(name, us, note, **_compare(fn(token, position), expected))
+                row = BenchRow(name, timing.min, note, **_compare(fn(token, position), expected))
+                row.median_us, row.spread_us = timing.median, timing.spread
             if row.matches_eager is False:
                 row.note = f"DIFFERS from eager (max |diff| {row.max_abs_diff:.3g}) {note}".strip()
         except Exception as error:  # a variant that fails must not hide the others
@@ -323,7 +335,7 @@ def mlp_overhead_bench(
                 _own_code_mlp("ours"), backend=get_npu_backend()
             ),
         }
-        best: dict[str, float] = dict.fromkeys(variants, float("inf"))
+        taken: dict[str, list[float]] = {name: [] for name in variants}
         paired: list[float] = []
         with torch.no_grad():
             for fn in variants.values():
@@ -339,16 +351,20 @@ def mlp_overhead_bench(
                 for name in names:
                     seconds = timeit.timeit(functools.partial(variants[name], x), number=number)
                     this_round[name] = seconds / number * 1e6
-                    best[name] = min(best[name], this_round[name])
+                    taken[name].append(this_round[name])
                 paired.append(
                     this_round["npu_compile reduce-overhead"]
                     - this_round["trivial backend (gm.forward)"]
                 )
-        rows = [BenchRow(name, us) for name, us in best.items()]
+        summaries = {name: summarize(values) for name, values in taken.items()}
+        rows = [
+            BenchRow(name, each.min, median_us=each.median, spread_us=each.spread)
+            for name, each in summaries.items()
+        ]
         torch._dynamo.reset()
     finally:
         torch.set_num_threads(threads)
-    overhead = statistics.median(paired)
+    overhead = summarize(paired).median
     extra = {
         "overhead vs trivial backend (µs, median of paired rounds)": round(overhead, 2),
         "target (µs)": OVERHEAD_TARGET_US,

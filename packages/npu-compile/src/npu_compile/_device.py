@@ -64,9 +64,11 @@ def synchronize(device: torch.device) -> None:
 
 
 def timed_call(
-    fn: Callable[[], object], device: torch.device
+    fn: Callable[[], object],
+    device: torch.device,
+    timer: Callable[[], float] = time.perf_counter,
 ) -> tuple[float, float | None, object]:
-    """Run ``fn`` once and time it.
+    """Run ``fn`` once and time it; ``timer`` is the host clock in seconds.
 
     Returns:
         ``(host seconds, device seconds or None, result)``. Host time is the wall time of the
@@ -74,16 +76,16 @@ def timed_call(
         the work it queued, or ``None`` on CPU where the two cannot be separated.
     """
     if device.type == "cpu":
-        start = time.perf_counter()
+        start = timer()
         result = fn()
-        return time.perf_counter() - start, None, result
+        return timer() - start, None, result
     synchronize(device)
     begin = torch.Event(device=device, enable_timing=True)
     end = torch.Event(device=device, enable_timing=True)
     begin.record()
-    start = time.perf_counter()
+    start = timer()
     result = fn()
-    host = time.perf_counter() - start
+    host = timer() - start
     end.record()
     end.synchronize()
     return host, begin.elapsed_time(end) / 1000.0, result

@@ -7,8 +7,16 @@ between kernels: the step is Host Bound, and capturing it into one graph (one la
 When the device span is clearly longer, the device is the bottleneck: Device Bound. On CPU there
 is no separate device: all work is host work, reported as such.
 
+The figures are meant to be repeated. The eager and the compiled step are timed in alternating
+rounds (eager, compiled, then compiled, eager, ...), so that a slow drift of a busy machine hits
+both alike; each is reported with its min, median and spread. The rounds stop once each median is
+known within ``tolerance`` (the half-width of its 95 % confidence interval, relative to it), or
+after ``max_seconds``: then the report says :data:`TOO_NOISY` instead of a verdict, and gives no
+speed-up.
+
 The package root re-exports :func:`diagnose`, :class:`DiagnoseReport` and :class:`PhaseTiming`;
-this module also holds the verdict strings :data:`HOST_BOUND` and :data:`DEVICE_BOUND`. It is
+this module also holds the verdict strings :data:`HOST_BOUND`, :data:`DEVICE_BOUND` and
+:data:`TOO_NOISY`. It is
 named ``diagnosis`` so that no module hides behind the function: ``npu_compile.diagnose`` is
 the function and ``npu_compile.diagnosis`` this module. ``npu-compile diagnose`` runs it from
 the command line.
@@ -19,13 +27,14 @@ Example::
 
     report = diagnose(model, tokens, positions, steps=20)
     print(report)  # a table, the verdict and the speed-up of reduce-overhead
-    if report.verdict == HOST_BOUND:
+    if report.verdict == HOST_BOUND:  # TOO_NOISY: repeat on a quieter machine
         ...
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
 import time
@@ -37,7 +46,15 @@ from typing import Any, TextIO
 import torch
 
 from npu_compile._accel import first_tensor_device
-from npu_compile._timing import DEVICE_BOUND, HOST_BOUND, PhaseTiming, measure
+from npu_compile._timing import (
+    DEFAULT_MAX_SECONDS,
+    DEFAULT_TOLERANCE,
+    DEVICE_BOUND,
+    HOST_BOUND,
+    TOO_NOISY,
+    PhaseTiming,
+    compare_steps,
+)
 from npu_compile.configs.compiler_config import CompilerConfig
 
 # Defined with the measurement they come from; public here.
@@ -49,6 +66,7 @@ __all__ = [
     "PhaseTiming",
     "HOST_BOUND",
     "DEVICE_BOUND",
+    "TOO_NOISY",
 ]
 
 
@@ -58,10 +76,14 @@ class DiagnoseReport:
 
     Attributes:
         device: Where the step ran (``"cpu"``, ``"cuda:0"``, ``"npu:0"``).
-        steps: Steps measured per phase (after warm-up).
+        steps: Steps measured per phase (after warm-up): the rounds, one step of each per round.
         eager: Timings of the step run eagerly.
         compiled: Timings under reduce-overhead, or ``None`` when not asked for.
         separable: Whether device time could be measured apart from host time.
+        settled: Whether every median was known within ``tolerance`` before the time limit;
+            ``False``: the figures are too noisy for a verdict.
+        tolerance: The bound on each median's uncertainty (0.05: ±5 %).
+        seconds: Wall time of the measured rounds.
     """
 
     device: str
@@ -69,16 +91,22 @@ class DiagnoseReport:
     eager: PhaseTiming
     compiled: PhaseTiming | None
     separable: bool
+    settled: bool = True
+    tolerance: float = DEFAULT_TOLERANCE
+    seconds: float = 0.0
 
     @property
     def verdict(self) -> str:
-        """The eager step's verdict: :data:`HOST_BOUND` or :data:`DEVICE_BOUND`."""
-        return self.eager.verdict
+        """The eager step's verdict: :data:`HOST_BOUND` or :data:`DEVICE_BOUND`.
+
+        :data:`TOO_NOISY` when the rounds did not settle: the figures cannot be repeated.
+        """
+        return self.eager.verdict if self.settled else TOO_NOISY
 
     @property
     def speedup(self) -> float | None:
-        """Eager step time divided by the reduce-overhead step time."""
-        if self.compiled is None or self.compiled.step_ms <= 0:
+        """Eager step time divided by the reduce-overhead step time (``None`` when too noisy)."""
+        if not self.settled or self.compiled is None or self.compiled.step_ms <= 0:
             return None
         return self.eager.step_ms / self.compiled.step_ms
 
@@ -89,8 +117,23 @@ class DiagnoseReport:
         return document
 
     def summary(self) -> str:
-        """One sentence: the verdict with its numbers."""
+        """One sentence: the verdict with its numbers, or why there is none."""
         e = self.eager
+        if not self.settled:
+            phases = [p for p in (self.eager, self.compiled) if p is not None]
+            worst = max(phases, key=lambda p: p.uncertainty if p.uncertainty is not None else 0.0)
+            after = f"after {self.steps} rounds in {self.seconds:.1f} s"
+            if worst.uncertainty is None or math.isinf(worst.uncertainty):
+                known = f"{after} there are too few steps to bound the median {worst.label} step"
+            else:
+                known = (
+                    f"{after} the median {worst.label} step is known to "
+                    f"±{worst.uncertainty:.1%} only, not within ±{self.tolerance:.0%}"
+                )
+            return (
+                f"{TOO_NOISY}: {known}; no verdict. Repeat on a quieter machine, or allow more "
+                "time (max_seconds, --max-seconds)."
+            )
         if not self.separable:
             return (
                 f"{HOST_BOUND}: on {self.device} there is no separate device, so all "
@@ -108,14 +151,28 @@ class DiagnoseReport:
         )
 
     def __str__(self) -> str:
-        rows = [("", "host ms/step", "device ms/step", "verdict")]
+        rows = [("", "min ms", "median ms", "spread ms", "median ±", "device ms", "verdict")]
         for phase in (self.eager, self.compiled):
             if phase is None:
                 continue
             device = f"{phase.device_ms:.3f}" if phase.device_ms is not None else "n/a (cpu)"
-            rows.append((phase.label, f"{phase.host_ms:.3f}", device, phase.verdict))
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
-        lines = [f"diagnose on {self.device}, {self.steps} steps (median)"]
+            rows.append(
+                (
+                    phase.label,
+                    _ms(phase.min_ms),
+                    f"{phase.step_ms:.3f}",
+                    _ms(phase.spread_ms),
+                    _percent(phase.uncertainty),
+                    device,
+                    phase.verdict,
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        order = " and ".join(p.label for p in (self.eager, self.compiled) if p is not None)
+        lines = [
+            f"diagnose on {self.device}: {self.steps} rounds of {order} in turn, "
+            f"{self.seconds:.1f} s (per step; median ± is its 95% confidence)"
+        ]
         for row in rows:
             cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
             lines.append("  ".join(cells).rstrip())
@@ -137,18 +194,24 @@ def diagnose(
     compiler_config: CompilerConfig | None = None,
     progress: TextIO | None = None,
     trace: str | os.PathLike[str] | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    max_seconds: float = DEFAULT_MAX_SECONDS,
+    timer: Callable[[], float] = time.perf_counter,
 ) -> DiagnoseReport:
     """Measure host enqueue time vs device time per step and say Host Bound or Device Bound.
 
-    The step ``fn(*inputs)`` runs under ``torch.no_grad()``: first eagerly, then (with
-    ``compare``) compiled with the npu-compile backend in reduce-overhead mode, so the report
-    shows what capture changes. ``fn`` must be safe to call repeatedly (a decode step that writes
-    a KV cache at a fixed position is).
+    The step ``fn(*inputs)`` runs under ``torch.no_grad()``: eagerly and (with ``compare``)
+    compiled with the npu-compile backend in reduce-overhead mode, so the report shows what
+    capture changes. The two are timed in alternating rounds, one step of each per round, until
+    each median is known within ``tolerance`` (and at least ``steps`` rounds are done), or until
+    ``max_seconds`` have passed: then the verdict is :data:`TOO_NOISY` and there is no speed-up.
+    ``fn`` must be safe to call repeatedly (a decode step that writes a KV cache at a fixed
+    position is).
 
     Args:
         fn: The step: a function or ``nn.Module``.
         *inputs: Its inputs.
-        steps: Measured steps per phase (medians are reported).
+        steps: Fewest measured rounds (steps per phase); a median needs 8 to be bounded.
         warmup: Unmeasured steps first (compilation and capture happen here).
         compare: Also measure the step under reduce-overhead.
         compiler_config: Options for the compiled phase; ``None``: defaults.
@@ -156,22 +219,40 @@ def diagnose(
             and captures first, which takes seconds); ``None``: silent.
         trace: Write a Chrome/Perfetto trace of the measured steps here (``torch.profiler``;
             the compiled phase shows npu_mempool's capture, replay and input-copy ranges).
+        tolerance: Bound on each median's uncertainty, relative to it (0.05: ±5 %, at 95 %
+            confidence).
+        max_seconds: Time limit of the measured rounds, in seconds.
+        timer: The host clock, in seconds (as ``timeit``'s ``timer``).
 
     Returns:
         A :class:`DiagnoseReport`; ``print(report)`` gives a table and the verdict.
 
     Raises:
-        ValueError: ``steps`` or ``warmup`` is not an int in range.
+        ValueError: ``steps`` or ``warmup`` is not an int in range, or ``tolerance`` or
+            ``max_seconds`` is not a positive number.
         TypeError: ``fn`` is not callable.
     """
 
     def _is_int(value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
 
+    def _is_positive(value: object) -> bool:
+        return (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > 0
+        )
+
     if not (_is_int(steps) and _is_int(warmup)) or steps < 1 or warmup < 0:
         raise ValueError(
             f"steps must be an int >= 1 and warmup an int >= 0, got steps={steps!r}, "
             f"warmup={warmup!r}"
+        )
+    if not (_is_positive(tolerance) and _is_positive(max_seconds)):
+        raise ValueError(
+            f"tolerance and max_seconds must be positive numbers, got tolerance={tolerance!r}, "
+            f"max_seconds={max_seconds!r}"
         )
     if not callable(fn):
         raise TypeError(
@@ -183,32 +264,58 @@ def diagnose(
         for tensor in _state_tensors(fn):
             device = tensor.device
             break
-    with torch.no_grad(), _profiled(trace):
-        _say(progress, f"  diagnose eager: {warmup} warm-up + {steps} measured steps ...")
-        eager = measure("eager", fn, inputs, device, steps, warmup)
-        compiled = None
-        if compare:
-            from npu_compile.backend import get_npu_backend
+    variants: dict[str, Callable[..., Any]] = {"eager": fn}
+    if compare:
+        from npu_compile.backend import get_npu_backend
 
-            backend = get_npu_backend(compiler_config=compiler_config)
-            compiled_fn = torch.compile(fn, backend=backend, dynamic=False)
-            _say(
-                progress,
-                f"  diagnose reduce-overhead: compiling and capturing, then {steps} measured "
-                "steps ...",
-            )
-            started = time.perf_counter()
-            compiled = measure(
-                "reduce-overhead", compiled_fn, inputs, device, steps, max(warmup, 2)
-            )
-            _say(progress, f"  diagnose: done in {time.perf_counter() - started:.1f}s")
+        backend = get_npu_backend(compiler_config=compiler_config)
+        variants["reduce-overhead"] = torch.compile(fn, backend=backend, dynamic=False)
+        _say(progress, "  diagnose reduce-overhead: compiling and capturing in the warm-up ...")
+    with torch.no_grad(), _profiled(trace):
+        names = " and ".join(variants)
+        _say(
+            progress,
+            f"  diagnose {names}: warm-up, then {steps}+ rounds in turn, until each median is "
+            f"known within ±{tolerance:.0%} or for {max_seconds:g} s at most ...",
+        )
+        started = time.perf_counter()
+        timings, rounds = compare_steps(
+            variants,
+            inputs,
+            device,
+            min_rounds=steps,
+            # The compiled step compiles on its first call and captures on its second.
+            warmup=max(warmup, 2) if compare else warmup,
+            tolerance=tolerance,
+            max_seconds=max_seconds,
+            timer=timer,
+        )
+        settled = "settled" if rounds.settled else "did not settle (too noisy)"
+        _say(
+            progress,
+            f"  diagnose: {settled} after {rounds.rounds} rounds, "
+            f"done in {time.perf_counter() - started:.1f}s",
+        )
     return DiagnoseReport(
         device=str(device),
-        steps=steps,
-        eager=eager,
-        compiled=compiled,
+        steps=rounds.rounds,
+        eager=timings["eager"],
+        compiled=timings.get("reduce-overhead"),
         separable=device.type != "cpu",
+        settled=rounds.settled,
+        tolerance=tolerance,
+        seconds=rounds.seconds,
     )
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _percent(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "n/a (too few)" if math.isinf(value) else f"±{value:.1%}"
 
 
 def _say(stream: TextIO | None, line: str) -> None:

@@ -109,6 +109,16 @@ class OpRecord:
         return self.aten_op.split(".", 1)[0]
 
     @property
+    def launches_kernel(self) -> bool:
+        """Whether each run of this configuration launches a kernel: an ATen op, not a view.
+
+        A view only changes tensor metadata; ops of other libraries are left to their owners.
+        ``sum(r.count for r in recorder.records if r.launches_kernel)`` is the number of kernel
+        launches a recorded run made eagerly.
+        """
+        return self.namespace == "aten" and not self.is_view
+
+    @property
     def stem(self) -> str:
         """The file name without index: op type, dtype, format and dims of the first tensor."""
         first = self.inputs[0] if self.inputs else (self.outputs[0] if self.outputs else None)
@@ -312,7 +322,7 @@ def write_op_statistics(
 
 def default_supports(record: OpRecord) -> bool:
     """True for aten ops that launch a kernel (views only change metadata)."""
-    return record.namespace == "aten" and not record.is_view
+    return record.launches_kernel
 
 
 def record_op_statistics(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from npu_compile._cli.common import HelpFormatter, quiet_exit
+from npu_compile._timing import DEFAULT_MAX_SECONDS, DEFAULT_TOLERANCE
 from npu_compile._version import __version__
 from npu_compile.errors import OutputError
 
@@ -233,6 +234,8 @@ def _diagnose(args: argparse.Namespace) -> int:
         compare=not args.eager_only,
         progress=None if args.quiet else sys.stderr,
         trace=args.trace,
+        tolerance=args.tolerance,
+        max_seconds=args.max_seconds,
     )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
@@ -273,7 +276,24 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-json", action="store_true", help="print tables only")
     bench.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     diag = add("diagnose", "Host Bound or Device Bound? (a decode step of the demo model)")
-    diag.add_argument("--steps", type=int, default=20, help="measured steps per phase")
+    diag.add_argument(
+        "--steps",
+        type=int,
+        default=20,
+        help="fewest measured rounds (one step of each variant per round, in turn)",
+    )
+    diag.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="stop once each median is known within this fraction of it (95%% confidence)",
+    )
+    diag.add_argument(
+        "--max-seconds",
+        type=float,
+        default=DEFAULT_MAX_SECONDS,
+        help="time limit of the rounds; past it the result is 'too noisy', with no verdict",
+    )
     diag.add_argument("--layers", type=int, default=4, help="decoder blocks")
     diag.add_argument("--dim", type=int, default=128, help="hidden size")
     diag.add_argument("--eager-only", action="store_true", help="skip the compiled comparison")
@@ -317,6 +337,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         low = 2 if name == "tokens" else 1
         if value is not None and value < low:
             parser.error(f"--{name} must be >= {low}, got {value}")
+    for name in ("tolerance", "max_seconds"):
+        value = getattr(args, name, None)
+        if value is not None and not 0 < value < float("inf"):
+            parser.error(f"--{name.replace('_', '-')} must be a positive number, got {value}")
     if getattr(args, "tokens", 0) > _MAX_TOKENS:
         parser.error(f"--tokens must be <= {_MAX_TOKENS}, got {args.tokens}")
     if getattr(args, "dim", None) is not None:
