@@ -78,70 +78,131 @@ def _same_layout(old: object, new: object) -> bool:
 
 def _operands(node: Node) -> list[Node]:
     """Every node ``node`` reads, its first argument first (lists of tensors included)."""
-    found: list[Node] = []
-
-    def visit(value: object) -> None:
-        if isinstance(value, Node):
-            found.append(value)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                visit(item)
-
-    for value in (*node.args, *node.kwargs.values()):
-        visit(value)
-    return found
+    return [found for value in (*node.args, *node.kwargs.values()) for found in _nodes_in(value)]
 
 
 class _Memory:
-    """The graph's nodes grouped by the storage their values live in, kept up to date."""
+    """The graph's nodes grouped by the memory their values live in, kept up to date.
+
+    [Note: aliasing by construction] Two nodes are in one group when their fake tensors share a
+    storage, or when the op that made one returns (a view of) an operand: an operand with an
+    alias annotation in the op's schema (``view(Tensor(a) self) -> Tensor(a)``, an in-place op's
+    ``Tensor(a!) self``), or, for anything without a schema (a Python function, a higher-order
+    op, an element of its tuple), every operand. The schema rule alone decides where the fake
+    tensors disagree: in the forward graph AOT autograd partitions out of a training graph, a
+    view saved for the backward carries a fake tensor of its own storage, and a pass that
+    trusted it wrote into memory the backward later read. Groups only grow: a wrong union keeps
+    an op out of place, never in.
+    """
 
     def __init__(self, graph: torch.fx.Graph) -> None:
         self.order = {node: index for index, node in enumerate(graph.nodes)}
-        self.of: dict[Node, int | None] = {node: _storage(node) for node in graph.nodes}
-        self.nodes: dict[int, list[Node]] = {}
-        for node, storage in self.of.items():
-            if storage is not None:
-                self.nodes.setdefault(storage, []).append(node)
+        self._parent: dict[Node, Node] = {node: node for node in graph.nodes}
+        by_fake: dict[int, Node] = {}
+        for node in graph.nodes:
+            fake = _storage(node)
+            if fake is not None:
+                self._union(node, by_fake.setdefault(fake, node))
+            for source in _aliased_operands(node):
+                self._union(node, source)
+        self.nodes: dict[Node, list[Node]] = {}
+        for node in graph.nodes:
+            self.nodes.setdefault(self._find(node), []).append(node)
 
-    def readers(self, storage: int) -> set[Node]:
-        """Every node that reads ``storage``, directly or through a value of unknown aliasing."""
-        seen: set[Node] = set()
-        readers: set[Node] = set()
-        todo = list(self.nodes.get(storage, ()))
-        while todo:
-            node = todo.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            for user in node.users:
-                readers.add(user)
-                # A value without a fake tensor (or a tuple of values) may be a view of this
-                # memory: what reads it reads this memory too. getitem of a tuple has its own
-                # fake tensor, and is found through its storage where it is a view.
-                if self.of.get(user) is None and user.target is not operator.getitem:
-                    todo.append(user)
-        return readers
+    def _find(self, node: Node) -> Node:
+        parent = self._parent[node]
+        while parent is not node:
+            grand = self._parent[parent]
+            self._parent[node] = grand  # path halving
+            node, parent = parent, grand
+        return node
 
-    def merge(self, into: int, node: Node) -> None:
-        """``node``'s value now lives in storage ``into`` (it was written there in place)."""
-        old = self.of.get(node)
-        if old is None:
-            self.of[node] = into
-            self.nodes.setdefault(into, []).append(node)
+    def _union(self, a: Node, b: Node) -> Node:
+        ra, rb = self._find(a), self._find(b)
+        if ra is not rb:
+            self._parent[rb] = ra
+        return ra
+
+    def of(self, node: object) -> Node | None:
+        """The group of ``node``'s memory (``None``: not a node of this graph)."""
+        if not isinstance(node, Node) or node not in self._parent:
+            return None
+        return self._find(node)
+
+    def readers(self, group: Node) -> set[Node]:
+        """Every node that reads the memory of ``group``, through any of its nodes."""
+        return {user for node in self.nodes.get(self._find(group), ()) for user in node.users}
+
+    def merge(self, group: Node, node: Node) -> None:
+        """``node``'s value now lives in the memory of ``group`` (it was written in place)."""
+        ra, rb = self._find(group), self._find(node)
+        if ra is rb:
             return
-        if old == into:
-            return
-        for moved in self.nodes.pop(old, []):
-            self.of[moved] = into
-            self.nodes.setdefault(into, []).append(moved)
+        root = self._union(ra, rb)
+        moved = self.nodes.pop(rb if root is ra else ra, [])
+        self.nodes.setdefault(root, []).extend(moved)
 
 
-def _graph_owned(memory: _Memory, graph: torch.fx.Graph) -> set[int]:
-    """Storages of graph inputs and constants: memory the graph must not write as scratch."""
+#: Ops that return a view of their first operand without saying so in their schema.
+_UNANNOTATED_VIEWS = frozenset({"aten::_unsafe_view"})
+
+
+def _schema_aliases(target: torch._ops.OpOverload, node: Node) -> list[Node]:
+    """The operands of ``node`` that its result may be (a view of), by ``target``'s schema."""
+    schema = target._schema
+    if schema.name in _UNANNOTATED_VIEWS:
+        return _operands(node)[:1]
+    returned: set[str] = set()
+    for result in schema.returns:
+        if result.alias_info is not None:
+            returned |= set(result.alias_info.before_set)
+    found: list[Node] = []
+    for index, argument in enumerate(schema.arguments):
+        info = argument.alias_info
+        if info is None:
+            continue
+        # A view annotation (a) says the result is a view of the operand; a write annotation
+        # (a!) says so only where a result carries the same set (an in-place op returning
+        # self), not for an operand an op merely writes.
+        if info.is_write and not set(info.before_set) & returned:
+            continue
+        value = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
+        found.extend(_nodes_in(value))
+    return found
+
+
+def _aliased_operands(node: Node) -> list[Node]:
+    """The nodes whose memory ``node``'s value may share (see [Note: aliasing by construction])."""
+    if node.op in ("placeholder", "get_attr", "output"):
+        return []
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return _schema_aliases(target, node)
+    if target is operator.getitem and node.args and isinstance(node.args[0], Node):
+        source = node.args[0]
+        if isinstance(source.target, torch._ops.OpOverload):
+            # An element of an op's results: a view where the op returns views, else its own.
+            return [source] if _schema_aliases(source.target, source) else []
+        return [source]
+    return _operands(node)  # no schema: it may return any operand, or a view of one
+
+
+def _nodes_in(value: object) -> list[Node]:
+    found: list[Node] = []
+    if isinstance(value, Node):
+        found.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            found.extend(_nodes_in(item))
+    return found
+
+
+def _graph_owned(memory: _Memory, graph: torch.fx.Graph) -> set[Node]:
+    """Memory of graph inputs and constants: memory the graph must not write as scratch."""
     return {
-        storage
+        group
         for node in graph.nodes
-        if node.op in ("placeholder", "get_attr") and (storage := memory.of[node]) is not None
+        if node.op in ("placeholder", "get_attr") and (group := memory.of(node)) is not None
     }
 
 
@@ -171,12 +232,12 @@ def reinplace_intermediates(graph: torch.fx.Graph) -> int:
         if inplace is None:
             continue
         target = node.args[0]
-        storage = memory.of.get(target)
+        storage = memory.of(target)
         if storage is None or storage in inputs:
             continue  # condition 1
         if not _same_layout(target.meta.get("val"), node.meta.get("val")):
             continue  # condition 4
-        if any(memory.of.get(other) == storage for other in _operands(node)[1:]):
+        if any(memory.of(other) is storage for other in _operands(node)[1:]):
             continue  # condition 3
         position = memory.order[node]
         if any(memory.order.get(reader, -1) > position for reader in memory.readers(storage)):
@@ -210,7 +271,7 @@ def _inputs_read_across_streams(graph: torch.fx.Graph) -> bool:
     for copy in _copies_into_inputs(graph):
         dst = copy.args[0]
         assert isinstance(dst, Node)
-        storage = memory.of.get(dst)
+        storage = memory.of(dst)
         readers = memory.readers(storage) if storage is not None else set(dst.users)
         if len(_streams(readers - {copy})) > 1:
             return True
@@ -248,12 +309,12 @@ def _reinplace_copied_back_ops(graph: torch.fx.Graph) -> None:
         if src.op != "call_function" or not src.args or src.args[0] is not dst:
             continue
         inplace = _inplace_variant(src)
-        storage = memory.of.get(dst)
+        storage = memory.of(dst)
         if inplace is None or storage is None:
             continue
         if not _same_layout(dst.meta.get("val"), src.meta.get("val")):
             continue
-        if any(memory.of.get(other) == storage for other in _operands(src)[1:]):
+        if any(memory.of(other) is storage for other in _operands(src)[1:]):
             continue
         readers = memory.readers(storage) - {src, copy}
         if any(memory.order[src] < memory.order[user] < memory.order[copy] for user in readers):
