@@ -148,3 +148,50 @@ def test_the_cpu_replay_runs_the_graph_a_device_captures() -> None:
     ran = {event.name for event in prof.events()}
     assert {"aten::add_", "aten::relu_"} <= ran
     assert not {"aten::add", "aten::relu"} & ran
+
+
+def test_a_view_whose_fake_tensor_has_a_storage_of_its_own_still_shares_its_base() -> None:
+    # In the forward graph AOT autograd partitions out of a training graph, a view saved for the
+    # backward can carry a fake tensor of its own storage (BartForCausalLM's `view` of its layer
+    # norm's output). The view's schema says what its memory is: `add` must not write into the
+    # base, which the caller (the backward) reads through the view.
+    def saved_view(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x * 2
+        saved = h.view(-1)
+        return saved, h.add(w)
+
+    x, w = torch.randn(4, 5), torch.randn(4, 5)
+    gm = make_fx(saved_view, tracing_mode="fake")(x, w)
+    (view,) = [n for n in gm.graph.nodes if n.target is aten.view.default]
+    view.meta["val"] = torch.empty_like(view.meta["val"])  # a storage of its own, as AOT left it
+    reinplace_intermediates(gm.graph)
+    gm.recompile()
+    assert not any(n.target is aten.add_.Tensor for n in gm.graph.nodes)
+    got = gm(x, w)
+    expected = saved_view(x, w)
+    torch.testing.assert_close(got[0], expected[0])
+    torch.testing.assert_close(got[1], expected[1])
+
+
+def test_an_op_without_a_schema_may_return_any_operand() -> None:
+    # A Python function in the graph (a user pass's helper, say) hides what its result aliases:
+    # what reads its result reads its operands' memory.
+    def through(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x * 2
+        return h.view(-1), h.add(1)
+
+    x = torch.randn(4, 5)
+    gm = make_fx(through, tracing_mode="fake")(x)
+    (view,) = [n for n in gm.graph.nodes if n.target is aten.view.default]
+    view.target = _flat  # no schema, no fake tensor: the pass cannot know it is a view
+    view.args = view.args[:1]
+    view.meta.pop("val")
+    reinplace_intermediates(gm.graph)
+    gm.recompile()
+    assert not any(n.target is aten.add_.Tensor for n in gm.graph.nodes)
+    got = gm(x)
+    torch.testing.assert_close(got[0], (x * 2).view(-1))
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.view(-1)

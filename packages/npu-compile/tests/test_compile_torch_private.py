@@ -406,8 +406,9 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch._ops.OpOverload._schema",
         "dispatch",
-        "_batch_proof reads an op's arguments by name and which ones it writes",
-        probe=lambda: __import__("torch").ops.aten.add.Tensor._schema,
+        "_batch_proof reads an op's arguments by name and which ones it writes; _reinplace "
+        "reads which operands an op's results alias (the alias annotations)",
+        probe=lambda: __import__("torch").ops.aten.view.default._schema.returns[0].alias_info,
     ),
     PrivateApi(
         "torch.fx._lazy_graph_module._LazyGraphModule.force_recompile",

@@ -29,6 +29,7 @@ from npu_compile.errors import (
     NoEffectWarning,
     NpuCompileError,
     OutputError,
+    PassCheckError,
     UnknownOptionError,
     UnsupportedApiError,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "UnsupportedApiError",
     "NoEffectWarning",
     "OutputError",
+    "PassCheckError",
     "StaleOutputError",
 ]
 

@@ -49,6 +49,8 @@ class Settings:
         capture_sizes: Batch sizes graphs are padded to (empty: captured per exact size).
         capture_sizes_dim: The dimension that holds the batch, when named.
         strict: Raise instead of falling back (``debug.aclgraph.strict``).
+        check_passes: Check each graph pass against the graph before it at the first call
+            (``debug.aclgraph.check_passes``).
     """
 
     config: CompilerConfig
@@ -61,6 +63,7 @@ class Settings:
     capture_sizes: tuple[int, ...]
     capture_sizes_dim: int | None
     strict: bool
+    check_passes: bool = False
 
     def for_inputs(self, example_inputs: Sequence[object]) -> Settings:
         """These settings with a pool id tuple resolved to the pool of the inputs' device."""
@@ -125,6 +128,7 @@ def lower(config: CompilerConfig, *, capture: bool = True) -> Settings:
         capture_sizes=tuple(sizes) if sizes else (),
         capture_sizes_dim=None if dim is None else int(dim),
         strict=bool(aclgraph.strict),
+        check_passes=bool(aclgraph.check_passes),
     )
 
 

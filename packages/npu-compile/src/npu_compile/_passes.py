@@ -32,6 +32,7 @@ from npu_compile import _reinplace, _torch_compat
 from npu_compile.errors import BackendError
 
 if TYPE_CHECKING:
+    from npu_compile._passcheck import PassTrail
     from npu_compile.configs.compiler_config import CompilerConfig
 
 __all__ = [
@@ -135,6 +136,7 @@ def run_post_grad_passes(
     example_inputs: Sequence[Any],
     config: CompilerConfig,
     name: str = "graph",
+    trail: PassTrail | None = None,
 ) -> torch.fx.GraphModule:
     """Run the user passes and no-op removal on an AOT forward graph.
 
@@ -143,6 +145,7 @@ def run_post_grad_passes(
         example_inputs: Its example inputs (fake tensors, SymInts).
         config: The options.
         name: Name of the graph, for logs.
+        trail: Where the graph is recorded around each pass (``debug.aclgraph.check_passes``).
 
     Returns:
         ``gm`` or the GraphModule a user pass returned.
@@ -155,13 +158,19 @@ def run_post_grad_passes(
     if pre is not None:
         assert callable(pre)
         gm = _user_pass("post_grad_custom_pre_pass", pre, gm, example_inputs, config)
+    if trail is not None:
+        trail.start(gm)
     if config.experimental_config.remove_noop_ops:
         shape_env = _shape_env(example_inputs)
         _guarded(gm, name, "remove_noop_ops", lambda: _remove_noop_ops(gm), shape_env)
+        if trail is not None:
+            trail.after("remove_noop_ops", gm)
     post = config.get("post_grad_custom_post_pass")
     if post is not None:
         assert callable(post)
         gm = _user_pass("post_grad_custom_post_pass", post, gm, example_inputs, config)
+        if trail is not None:
+            trail.start(gm)  # the user's pass is not ours to check
     return gm
 
 
@@ -205,6 +214,7 @@ def finish(
     example_inputs: Sequence[Any],
     config: CompilerConfig,
     name: str = "graph",
+    trail: PassTrail | None = None,
 ) -> None:
     """Reinplace and dump the graph that will run, in place.
 
@@ -216,6 +226,7 @@ def finish(
         example_inputs: Its example inputs.
         config: The options.
         name: Name of the graph, for logs and dump files.
+        trail: Where the graph is recorded after each pass (``debug.aclgraph.check_passes``).
     """
     aclgraph = config.debug.aclgraph
     functional = not aclgraph.disable_reinplace_inplaceable_ops_pass
@@ -228,10 +239,14 @@ def finish(
         if functional:
             reinplace = lambda: _reinplace.reinplace_intermediates(gm.graph)  # noqa: E731
             _guarded(gm, name, "reinplace", reinplace, shape_env)
+            if trail is not None:
+                trail.after("reinplace_intermediates", gm)
         # As in TorchAir, last: it rewrites the copies back into inputs the first pass leaves.
         if mutated:
             reinplace_inputs = lambda: _reinplace.reinplace_input_mutations(gm.graph)  # noqa: E731
             _guarded(gm, name, "input reinplace", reinplace_inputs, shape_env)
+            if trail is not None:
+                trail.after("reinplace_input_mutations", gm)
     _dump_graph(gm, config, name)
 
 

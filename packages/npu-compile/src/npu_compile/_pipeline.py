@@ -37,6 +37,7 @@ from npu_compile._capturable import (
 from npu_compile._eager import fall_back
 from npu_compile._fallback import FallbackReason
 from npu_compile._inputs import input_kinds, runner_is_whole_call
+from npu_compile._passcheck import PassTrail, checked
 from npu_compile._plan import GraphFacts, GraphPlan, Route, fallback_plan
 from npu_compile._planner import plan_graph
 from npu_compile._summary import write_fx_summary
@@ -192,12 +193,16 @@ class ForwardCompiler:
         self.grad_enabled = torch.is_grad_enabled()
         self._plan: GraphPlan | None = None
         self._built: CompiledFn | None = None
+        # Copies of the graph around each pass, with debug.aclgraph.check_passes (_passcheck).
+        self._trail: PassTrail | None = None
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
         """Compile AOT's forward graph ``gm``; AOT gets the callable (or its artifact)."""
         plan, prepared = self.plan(gm, example_inputs)
         self._plan = plan
         self._built = build(plan, prepared, self.settings, self.stats)
+        if self._trail is not None and plan.route is not Route.FALLBACK:
+            self._built = checked(self._built, self._trail)
         compiled = self._built
         if self.graph.saving:
             # Saved and loaded in another process: AOT gets a GraphArtifact (see _artifact).
@@ -227,8 +232,15 @@ class ForwardCompiler:
             if graph.saving:
                 return fallback_plan(facts, FallbackReason.TRAINING, TRAINING_REASON), fw_gm
             self.backward.saw_forward(fw_gm, kinds)
-        fw_gm = _passes.run_post_grad_passes(fw_gm, example_inputs, settings.config, graph.name)
+        trail = self._trail = (
+            PassTrail(graph.name) if settings.check_passes and not graph.saving else None
+        )
+        fw_gm = _passes.run_post_grad_passes(
+            fw_gm, example_inputs, settings.config, graph.name, trail
+        )
         prepared = npu_streams.prepare_for_capture(fw_gm, graph.device)
+        if trail is not None:
+            trail.after("npu_streams.prepare_for_capture", prepared)
         # A saved graph runs behind AOT's wrapper, which it brings along; never bypass it then.
         bypass = (
             not graph.saving
@@ -245,13 +257,20 @@ class ForwardCompiler:
             # Before the reinplacing below, which would otherwise keep the int arithmetic apart.
             tensorified = tensorify_int_inputs(prepared, example_inputs)
             plan = dataclasses.replace(plan, tensorified=tensorified)
+            if trail is not None and tensorified is not None:
+                device = torch.device(plan.device)
+                trail.after(
+                    "tensorify_int_inputs",
+                    prepared,
+                    adapt=lambda forward: tensorified.wrap(forward, device),
+                )
         finishing = settings.config
         if plan.splits:
             # A piece gets the tensors made between pieces as copied inputs: an op reinplaced
             # onto one would write the copy, not the tensor later pieces read.
             finishing = finishing.copy()
             finishing.debug.aclgraph.disable_reinplace_inplaceable_ops_pass = True
-        _passes.finish(prepared, example_inputs, finishing, graph.name)
+        _passes.finish(prepared, example_inputs, finishing, graph.name, trail)
         write_fx_summary(prepared, settings.config, graph.name)
         return plan, prepared
 

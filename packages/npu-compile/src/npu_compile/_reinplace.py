@@ -23,9 +23,11 @@ fake storage exactly where the real tensors will). Writing ``a`` in place is inv
 
 Torch's own FX pass (``torch.fx.passes.reinplace``) misses (3) and gave wrong numbers on
 Hugging Face's position-id code, which subtracts two overlapping slices of one tensor; Inductor's
-reinplacing checks the same conditions as here. A node whose value carries no fake tensor (a node
-a user pass added without metadata) hides what it aliases: anything read through it counts as a
-reader of the memory it was made from, so the pass stays conservative there.
+reinplacing checks the same conditions as here. Which nodes share memory is known from the ops'
+schemas as well as from the fake tensors (see [Note: aliasing by construction]): in a training
+graph's forward the fake tensors of saved views can be wrong, and a node without a schema (a
+Python function a user pass added) counts as a view of every operand, so the pass stays
+conservative there.
 
 No check may specialise a symbolic size: sizes and strides are compared only where they are
 known equal without a guard.

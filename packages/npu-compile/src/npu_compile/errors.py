@@ -19,6 +19,7 @@ __all__ = [
     "BackendError",
     "DemoMismatchError",
     "OutputError",
+    "PassCheckError",
     "UnsupportedApiError",
     "NoEffectWarning",
 ]
@@ -63,6 +64,16 @@ class BackendError(NpuCompileError, RuntimeError):
     def __init__(self, message: str, *, reason: FallbackReason | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class PassCheckError(BackendError):
+    """A graph pass of npu-compile changed what a graph computes (``debug.aclgraph.check_passes``).
+
+    Raised at the graph's first call, before it runs; the message names the pass and the first
+    node whose value differs.
+    """
+
+    code: ClassVar[str] = "backend-pass-check"
 
 
 class OutputError(NpuCompileError, OSError):

@@ -61,6 +61,11 @@ class AclGraphDebugConfig(_Node):
             ``"thread_local"``, as CUDA Graph Trees use, not npugraph_ex's ``"global"``: under
             ``"global"`` a serving thread that allocates while another captures breaks that
             capture.
+        check_passes: Debug aid: at each graph's first call, run the graph as it was before
+            each of npu-compile's passes and after it on copies of the call's inputs, and raise
+            :class:`~npu_compile.PassCheckError` naming the pass and the first node whose value
+            differs where a pass changed an output or a mutated input (npu-compile extension;
+            one more run of the graph per pass at the first call).
     """
 
     disable_reinplace_inplaceable_ops_pass = _Option(
@@ -79,6 +84,7 @@ class AclGraphDebugConfig(_Node):
     keep_held_outputs = _Option(False, boolean, "never overwrite an output the caller holds")
     force_recapture = _Option(False, boolean, "recapture on every call")
     capture_error_mode = _Option("thread_local", mempool_error_mode, "capture error mode")
+    check_passes = _Option(False, boolean, "check that each graph pass keeps the graph's values")
 
 
 class _DumpBase(_Node):

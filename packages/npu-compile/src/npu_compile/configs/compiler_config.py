@@ -252,4 +252,5 @@ NPUGRAPH_EX_OPTIONS: dict[str, tuple[str, bool]] = {
     "check_output_overwrite": ("debug.aclgraph.check_output_overwrite", False),
     "strict": ("debug.aclgraph.strict", False),
     "keep_held_outputs": ("debug.aclgraph.keep_held_outputs", False),
+    "check_passes": ("debug.aclgraph.check_passes", False),
 }
