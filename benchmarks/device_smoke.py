@@ -1004,7 +1004,7 @@ def collect_child(recorder: Recorder, child: Child, deadline: float) -> None:
         entry: dict[str, Any] = reported.get(name, {"ok": False})
         # Its own time where it reported one (the first check's includes the process start).
         entry.setdefault("seconds", seconds)
-        entry["process_seconds"] = seconds
+        entry["process_seconds"] = seconds  # from its start until collected here
         entry["returncode"] = code
         if timed_out:
             entry["ok"] = False
