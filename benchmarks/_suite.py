@@ -1,5 +1,6 @@
 """What ``device_suite.sh`` needs that bash does badly: the environment, JSON records, merging.
 
+    python benchmarks/_suite.py code --summary FILE [--root DIR]
     python benchmarks/_suite.py environment --summary FILE [--dry-run]
     python benchmarks/_suite.py step --summary FILE --name NAME --status STATUS ...
     python benchmarks/_suite.py fold --into FILE --name NAME --source JSON
@@ -7,7 +8,8 @@
 
 Every file is rewritten whole and atomically after each step, so a suite cut short (the machine
 taken back, the command's own time limit) leaves readable JSON behind. Only ``environment``
-imports torch.
+imports torch. ``code`` runs first, before any step: the summary names the code it measured
+(``_code.py``: commit, uncommitted changes, a hash of the tree that holds without ``.git``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
+
+import _code
 
 #: What ``environment`` exits with when there is no accelerator (and no ``--dry-run``).
 NO_DEVICE = 3
@@ -60,6 +64,21 @@ def _command(*argv: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"failed: {error}"
     return (done.stdout + done.stderr).strip()
+
+
+def code(args: argparse.Namespace) -> int:
+    """The code about to be measured, into the summary, read before any step runs."""
+    path = Path(args.summary)
+    document = _load(path)
+    try:
+        document["code"] = _code.identity(Path(args.root))
+    except OSError as error:  # an unreadable file must not stop the run; say so instead
+        document["code"] = {"commit": None, "error": f"{type(error).__name__}: {error}"[:300]}
+        print(f"warning: the code's identity is unknown: {document['code']['error']}")
+    else:
+        print(_code.describe(document["code"]))
+    _write(path, document)
+    return 0
 
 
 def environment(args: argparse.Namespace) -> int:
@@ -196,6 +215,56 @@ def fold(args: argparse.Namespace) -> int:
     return 0
 
 
+def _figures(out: Path) -> dict[str, Any]:
+    """The figures the targets are read from, out of benchmarks.json.
+
+    The replay overhead per row with its bound (only host-bound rows judge the 1.2x target), and
+    the decode step's ratios of npu_compile to the other variants.
+    """
+    benchmarks = _load(out / "benchmarks.json")
+    figures: dict[str, Any] = {}
+    replay = benchmarks.get("replay_overhead") or {}
+    if isinstance(replay.get("rows"), dict):
+        figures["replay_overhead"] = {
+            "target": replay.get("target"),
+            "rows": {
+                name: {k: row.get(k) for k in ("runner_over_raw", "bound", "device_share")}
+                for name, row in replay["rows"].items()
+            },
+        }
+    reports = (benchmarks.get("decode_step") or {}).get("reports") or []
+    if reports and "ratios" in reports[0].get("extra", {}):
+        figures["decode_step"] = reports[0]["extra"]["ratios"]
+    return figures
+
+
+def _figure_lines(figures: dict[str, Any]) -> list[str]:
+    lines = []
+    replay = figures.get("replay_overhead")
+    if replay:
+        target = replay.get("target") or {}
+        rows = ", ".join(
+            f"{name} {row['runner_over_raw']:.2f}x {row['bound']}"
+            for name, row in replay["rows"].items()
+            if row.get("runner_over_raw") is not None
+        )
+        verdict = "met" if target.get("met") else "NOT met" if target.get("met") is False else "-"
+        lines.append(f"replay overhead: {rows}; target (host-bound rows): {verdict}")
+        if target.get("note"):
+            lines.append(f"  {target['note']}")
+    decode = figures.get("decode_step")
+    if decode:
+        parts = []
+        for name, ratio in sorted(decode.items(), key=lambda item: "eager" not in item[0]):
+            value = "-" if ratio.get("ratio") is None else f"{ratio['ratio']:.2f}x"
+            matches = {True: "matches eager", False: "DIFFERS from eager"}.get(
+                ratio.get("matches_eager"), "not checked"
+            )
+            parts.append(f"{name} {value} ({matches})")
+        lines.append(f"decode step: {'; '.join(parts)}")
+    return lines
+
+
 def finish(args: argparse.Namespace) -> int:
     path = Path(args.summary)
     document = _load(path)
@@ -204,6 +273,9 @@ def finish(args: argparse.Namespace) -> int:
     document["seconds"] = args.seconds
     document["not ok"] = [s["name"] for s in steps if s["status"] not in ("ok", "skipped")]
     document["skipped"] = [s["name"] for s in steps if s["status"] == "skipped"]
+    figures = _figures(Path(args.out))
+    if figures:
+        document["figures"] = figures
     _write(path, document)
     files = sorted(p.name for p in Path(args.out).iterdir() if not p.name.startswith("."))
     width = max(len(s["name"]) for s in steps) if steps else 10
@@ -223,6 +295,11 @@ def finish(args: argparse.Namespace) -> int:
             print(f"device tests: {counts}")
             for line in digest["not passed"]:
                 print(f"  {line[:200]}")
+    for line in _figure_lines(figures):
+        print(line)
+    if "code" in document:
+        code = document["code"]
+        print(_code.describe(code) if "tree_sha256" in code else f"code: {code.get('error')}")
     print(f"total {args.seconds} s; files in {args.out}: {', '.join(files)}")
     return 0
 
@@ -230,6 +307,9 @@ def finish(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    identify = commands.add_parser("code", help="the code about to be measured, into the summary")
+    identify.add_argument("--summary", required=True, help="summary.json to update")
+    identify.add_argument("--root", default=str(_code.ROOT), help="the tree (default: this one)")
     env = commands.add_parser("environment", help="versions and the device, into the summary")
     env.add_argument("--summary", required=True, help="summary.json to update")
     env.add_argument("--dry-run", action="store_true", help="no device needed")
@@ -253,7 +333,13 @@ def main() -> int:
     done.add_argument("--out", required=True, help="the suite's output directory")
     done.add_argument("--seconds", type=int, default=0, help="the suite's wall time")
     args = parser.parse_args()
-    handlers = {"environment": environment, "step": step, "fold": fold, "finish": finish}
+    handlers = {
+        "code": code,
+        "environment": environment,
+        "step": step,
+        "fold": fold,
+        "finish": finish,
+    }
     return handlers[args.command](args)
 
 

@@ -22,13 +22,19 @@ was running). In order:
   ``TORCH_INTERNAL_ASSERT``, a segfault) is recorded as a finding instead of ending the run:
   ``multi_stream`` (tagged streams and events through the runner), ``capture_error_python`` (a
   plain Python error raised inside the capture body), ``capture_stream_wait`` (a stream wait
-  inside the capture on a stream that is not part of it) and ``capture_host_sync`` (``.item()``
-  inside a runner's capture);
+  inside the capture on a stream that is not part of it), ``capture_host_sync`` (``.item()``
+  inside a runner's capture), ``streams_record_wait`` (``npu_streams.record()`` and ``wait()`` in
+  a function compiled with the backend: eager's numbers, one graph captured whole; in the process
+  of ``capture_stream_wait``), ``held_output_new_shape`` (an output held across a mode-2 pool
+  rewind and the capture of a new shape) and ``force_recapture_held`` (an output held across a
+  forced recapture of its graph), both in one process; a held output must keep eager's values
+  or raise ``StaleOutputError``;
 - ``capture_time``: what one capture costs through the runner, next to what torch's capture
   context managers add before every capture (device sync and cache emptying) and a whole
   allocator snapshot, which the runner no longer pays;
 - ``replay_overhead``: a one-kernel graph through the runner against a raw ``torch.cuda.CUDAGraph``
-  replay plus its input copy (target: runner <= 1.2x).
+  replay plus its input copy (target: runner <= 1.2x), with the raw replay's device time and
+  whether the call is host-bound (only then does the ratio show the runner's cost).
 
 On a machine without an accelerator it runs the same checks on the CPU emulation (``--tiny`` for
 small sizes): a check that the script works, not a result.
@@ -55,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _common import pick_device, write_json
+from _common import bound, device_us_per_call, pick_device, write_json
 
 #: Prefix of the one line a child process prints its result on.
 RESULT = "device-smoke-result: "
@@ -549,10 +555,19 @@ def check_replay_overhead(ctx: Context) -> dict[str, Any]:
         }
     figures = result["us per call (best of repeats)"]
     if "raw replay + input copy" in figures:
-        result["runner / raw (target <= 1.2)"] = round(
-            figures["runner"] / figures["raw replay + input copy"], 2
+        raw_wall = figures["raw replay + input copy"]
+        with torch.no_grad():
+            raw_device = device_us_per_call(
+                variants["raw replay + input copy"], x, device, min(calls, 200)
+            )
+        result["raw replay device us"] = None if raw_device is None else round(raw_device, 2)
+        # Only a host-bound call shows the runner's cost: a device-bound one reads about 1.0.
+        result["bound"] = bound(raw_device, raw_wall, device)
+        result["runner / raw (target <= 1.2 when host-bound)"] = round(
+            figures["runner"] / raw_wall, 2
         )
     else:
+        result["bound"] = bound(None, figures["runner"], device)
         result["note"] = "no raw device graph on the CPU emulation: eager and runner only"
     return result
 
@@ -719,12 +734,151 @@ def child_capture_host_sync(device: torch.device, tiny: bool) -> dict[str, Any]:
     return {"failing": failed, "later": after, "caller_stream_restored": default_stream}
 
 
+def _held_outcome(held: torch.Tensor, expected: torch.Tensor) -> str:
+    """What an output held across a later call reads: eager's values, or StaleOutputError.
+
+    Anything else (other values, read without an error) is the failure: a caller that kept the
+    output would compute on numbers that are not its own.
+    """
+    from npu_mempool import StaleOutputError
+
+    try:
+        values = held.clone()
+    except StaleOutputError:
+        return "raised StaleOutputError"
+    difference = (values.float() - expected.float()).abs().max().item()
+    assert torch.allclose(values, expected, rtol=1e-4, atol=1e-4), (
+        f"the held output changed under the caller (max |diff| {difference:.3g} from eager's): "
+        "it must keep eager's values or raise StaleOutputError"
+    )
+    return "kept eager's values"
+
+
+def child_held_output_new_shape(device: torch.device, tiny: bool) -> dict[str, Any]:
+    """An output held across a mode-2 pool rewind and the capture of a new, larger shape."""
+    from npu_mempool import CaptureOptions, GraphRunner, InputKind
+
+    width = 64 if tiny else 1024
+    torch.manual_seed(0)
+    w = torch.randn(width, width, device=device) / width**0.5
+    block(torch.randn(8, width, device=device), w)
+    synchronize(device)  # the device libraries initialise here, not inside a capture
+    runner = GraphRunner(
+        block,
+        input_kinds=[InputKind.USER, InputKind.PARAMETER],
+        options=CaptureOptions(warmup_runs=0),  # mode 2: one pool, rewound for each new shape
+        name="held across a rewind",
+    )
+    for rows in (16, 8):  # both captured; the 8-row capture rewinds the pool
+        x = torch.randn(rows, width, device=device)
+        close(runner(x, w), block(x, w))
+    x16 = torch.randn(16, width, device=device)
+    replays = runner.counters.replays
+    held = runner(x16, w)  # the 16-row graph replayed; the caller keeps its output
+    assert runner.counters.replays == replays + 1, f"not a replay: {counted(runner)}"
+    expected = block(x16, w)
+    x32 = torch.randn(32, width, device=device)
+    close(runner(x32, w), block(x32, w))  # a new shape: a rewind and a capture, `held` alive
+    synchronize(device)
+    result = {"counters": counted(runner), "paths": runner.num_paths}
+    result["held output"] = _held_outcome(held, expected)
+    return result
+
+
+def child_force_recapture_held(device: torch.device, tiny: bool) -> dict[str, Any]:
+    """An output held across a forced recapture of its own graph."""
+    from npu_mempool import CaptureOptions, GraphRunner
+
+    runner = GraphRunner(
+        lambda x: x * 2,
+        options=CaptureOptions(warmup_runs=0, force_recapture=True),
+        name="force_recapture",
+    )
+    held = runner(torch.ones(8, device=device))
+    later = runner(torch.full((8,), 5.0, device=device))  # the same key, captured anew
+    assert later.tolist() == [10.0] * 8, later
+    counters = counted(runner) | {"recaptures": runner.counters.recaptures}
+    # Captured anew either way: recaptured in place, or on a second call path beside `held`.
+    assert counters["captures"] + counters["recaptures"] >= 2, f"no new capture: {counters}"
+    synchronize(device)
+    outcome = _held_outcome(held, torch.full((8,), 2.0, device=device))
+    return {"counters": counters, "paths": runner.num_paths, "held output": outcome}
+
+
+def child_streams_record_wait(device: torch.device, tiny: bool) -> dict[str, Any]:
+    """``npu_streams.record()``/``wait()`` under the backend: eager's numbers, one whole graph."""
+    import npu_compile
+    import npu_streams
+
+    size = 64 if tiny else 1024
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        h = x @ w
+        ready = npu_streams.record()  # `h` is done on the main stream from here
+        with npu_streams.npu_stream_switch("record-wait"):
+            npu_streams.wait([ready])
+            side = torch.relu(h) * 2
+            done = npu_streams.record()
+        main = h + 1  # on the main stream, beside the side stream's work
+        npu_streams.wait([side, done])  # joined before `side` is read here
+        return main + side
+
+    def eager(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        h = x @ w
+        return (h + 1) + torch.relu(h) * 2
+
+    torch.manual_seed(0)
+    w = torch.randn(size, size, device=device) / size**0.5
+    backend = npu_compile.get_npu_backend()
+    # fullgraph: a graph break at record() or wait() fails here instead of splitting the graph.
+    compiled = torch.compile(fn, backend=backend, dynamic=False, fullgraph=True)
+    for _ in range(4):
+        x = torch.randn(size, size, device=device)
+        close(compiled(x, w), eager(x, w))
+    stats = backend.stats
+    runners = stats.runners
+    result = {
+        "fx_graphs": stats.fx_graphs,
+        "captured": stats.captured,
+        "piecewise": stats.piecewise,
+        "splits": {name: list(splits) for name, splits in stats.splits.items()},
+        "runners": [
+            {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
+        ],
+        "fallbacks": [str(f) for f in stats.fallbacks],
+        "stream_tag_after": npu_streams.current_stream_tag(),
+    }
+    _clean_exit(device)
+    assert not stats.fallbacks, f"fell back: {result}"
+    whole = (stats.fx_graphs, stats.captured, stats.piecewise, len(runners)) == (1, 1, 0, 1)
+    assert whole, f"not one graph captured whole: {result}"
+    assert runners[0].counters.fallbacks == 0, f"the capture failed: {result}"
+    assert runners[0].counters.captures == 1, f"not captured once: {result}"
+    assert runners[0].counters.replays >= 1, f"never replayed: {result}"
+    assert result["stream_tag_after"] == "default", f"a stream scope was left open: {result}"
+    return result
+
+
 CHILDREN: dict[str, Callable[[torch.device, bool], dict[str, Any]]] = {
     "multi_stream": child_multi_stream,
     "capture_error_python": child_capture_error_python,
     "capture_stream_wait": child_capture_stream_wait,
     "capture_host_sync": child_capture_host_sync,
+    "held_output_new_shape": child_held_output_new_shape,
+    "force_recapture_held": child_force_recapture_held,
+    "streams_record_wait": child_streams_record_wait,
 }
+
+#: The child processes and the checks each runs, in order. A process start (``import torch``, the
+#: device's context) costs more than most checks, so related checks share one: the two held
+#: outputs (npu-mempool alone), and the two stream waits under the backend.
+CHILD_PROCESSES: tuple[tuple[str, ...], ...] = (
+    ("multi_stream",),
+    ("capture_error_python",),
+    ("capture_stream_wait", "streams_record_wait"),
+    ("capture_host_sync",),
+    ("held_output_new_shape", "force_recapture_held"),
+)
 
 IN_PROCESS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "environment": check_environment,
@@ -809,26 +963,30 @@ def run_in_process(
 
 @dataclass
 class Child:
-    name: str
+    names: tuple[str, ...]
     process: subprocess.Popen[str]
     started: float
 
 
 def start_children(ctx: Context) -> list[Child]:
     children = []
-    for name in CHILDREN:
-        command = [sys.executable, os.path.abspath(__file__), "--child", name]
+    for names in CHILD_PROCESSES:
+        command = [sys.executable, os.path.abspath(__file__), "--child", ",".join(names)]
         command += ["--tiny"] if ctx.tiny else []
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        children.append(Child(name, process, time.perf_counter()))
+        children.append(Child(names, process, time.perf_counter()))
     return children
 
 
 def collect_child(recorder: Recorder, child: Child, deadline: float) -> None:
-    """Wait for ``child`` until ``deadline``; record what it reported, or how it ended."""
-    recorder.running(child.name)
+    """Wait for ``child`` until ``deadline``; record what each check reported, or how it ended.
+
+    The process's end belongs to every check it ran: an abort on the way out (a graph freed at
+    exit) may come from any of them.
+    """
+    recorder.running(", ".join(child.names))
     timed_out = False
     try:
         stdout, stderr = child.process.communicate(timeout=max(1.0, deadline - time.perf_counter()))
@@ -838,38 +996,52 @@ def collect_child(recorder: Recorder, child: Child, deadline: float) -> None:
         timed_out = True
     seconds = round(time.perf_counter() - child.started, 2)
     code = child.process.returncode
-    reported = [line[len(RESULT) :] for line in stdout.splitlines() if line.startswith(RESULT)]
-    entry: dict[str, Any] = json.loads(reported[-1]) if reported else {"ok": False}
-    entry["seconds"] = seconds
-    entry["returncode"] = code
-    if timed_out:
-        entry["ok"] = False
-        entry["error"] = f"hung: killed after {seconds} s" + (
-            f"; {entry['error']}" if "error" in entry else ""
-        )
-    elif code != 0:
-        # Its checks may have passed, and then the process died on the way out (a graph freed
-        # at exit, a C++ assertion): the process's end is part of what is checked.
-        how = f"signal {-code}" if code < 0 else f"exit code {code}"
-        entry["ok"] = False
-        entry["error"] = (
-            f"the process ended with {how}"
-            + (" after reporting" if reported else " before reporting")
-            + (f"; {entry['error']}" if "error" in entry else "")
-        )
-    if not entry["ok"]:
-        entry["stderr_tail"] = stderr[-3000:]
-    recorder.record(child.name, entry)
+    reported: dict[str, dict[str, Any]] = {}
+    for line in stdout.splitlines():
+        if line.startswith(RESULT):
+            name, _, entry_json = line[len(RESULT) :].partition(" ")
+            reported[name] = json.loads(entry_json)
+    for name in child.names:
+        entry: dict[str, Any] = reported.get(name, {"ok": False})
+        # Its own time where it reported one (the first check's includes the process start).
+        entry.setdefault("seconds", seconds)
+        entry["process_seconds"] = seconds  # from its start until collected here
+        entry["returncode"] = code
+        if timed_out:
+            entry["ok"] = False
+            entry["error"] = f"hung: killed after {seconds} s" + (
+                f"; {entry['error']}" if "error" in entry else ""
+            )
+        elif code != 0:
+            # Its checks may have passed, and then the process died on the way out (a graph
+            # freed at exit, a C++ assertion): the process's end is part of what is checked.
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            entry["ok"] = False
+            entry["error"] = (
+                f"the process ended with {how}"
+                + (" after reporting" if name in reported else " before reporting")
+                + (f"; {entry['error']}" if "error" in entry else "")
+            )
+        elif name not in reported:
+            entry["error"] = "the process exited without reporting this check"
+        if not entry["ok"]:
+            entry["stderr_tail"] = stderr[-3000:]
+        recorder.record(name, entry)
 
 
-def child_main(name: str, tiny: bool) -> int:
-    """One child check: print its entry on one line, then exit (an abort shows in the code)."""
+def child_main(names: Sequence[str], tiny: bool) -> int:
+    """Child checks in turn: each entry on one line as it ends, then exit (an abort shows)."""
     device = pick_device()
-    try:
-        entry: dict[str, Any] = {"ok": True, "result": CHILDREN[name](device, tiny)}
-    except Exception as error:
-        entry = _failure(error)
-    print(RESULT + json.dumps(entry, default=str), flush=True)
+    started = time.perf_counter()
+    for name in names:
+        try:
+            entry: dict[str, Any] = {"ok": True, "result": CHILDREN[name](device, tiny)}
+        except Exception as error:
+            entry = _failure(error)
+        # Its own time, the imports it needs included (torch was imported before the first).
+        entry["seconds"] = round(time.perf_counter() - started, 2)
+        started = time.perf_counter()
+        print(f"{RESULT}{name} {json.dumps(entry, default=str)}", flush=True)
     return 0
 
 
@@ -880,10 +1052,14 @@ def main() -> int:
     parser.add_argument(
         "--child-timeout", type=float, default=90.0, help="seconds each child check may take"
     )
-    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # checks, comma-separated
     args = parser.parse_args()
     if args.child:
-        return child_main(args.child, args.tiny)
+        names = args.child.split(",")
+        unknown = [name for name in names if name not in CHILDREN]
+        if unknown:
+            parser.error(f"unknown child check(s) {', '.join(unknown)}; known: {sorted(CHILDREN)}")
+        return child_main(names, args.tiny)
     if args.out is None:
         parser.error("--out DIR is required")
     ctx = Context(device=pick_device(), tiny=args.tiny)

@@ -17,17 +17,22 @@
 # 6 minutes, under the 8-minute budget with a margin for a slow start or one step timing out:
 #
 #   step              estimate  limit  what
+#   (code)                1 s      -   before any step: the commit, a hash of the uncommitted
+#                                      changes and of the tree, into summary.json (_code.py)
 #   environment          10 s    60 s  nvidia-smi (or npu-smi), versions; stops the suite at
 #                                      once, non-zero, when torch sees no device
-#   smoke                75 s   120 s  device_smoke.py: replay == eager over shapes, KV cache,
+#   smoke                80 s   120 s  device_smoke.py: replay == eager over shapes, KV cache,
 #                                      pools, held outputs and steps, decode loop, host-sync
-#                                      pieces, four capture paths in child processes, capture
+#                                      pieces; in five child processes beside them, four capture
+#                                      paths, record()/wait() under the backend, and outputs held
+#                                      across a pool rewind and a forced recapture; capture
 #                                      time, one-kernel replay against a raw CUDA graph
 #   device_tests         90 s   170 s  device_tests.py: the @pytest.mark.device files, one process
 #                                      each (2 at once), 90 s per test
 #   decode_step          75 s   150 s  eager, npu-compile, torch cudagraphs and reduce-overhead
 #                                      (Inductor), each checked against eager, cudagraph skips
-#   replay_overhead      20 s    60 s  eager / raw replay / GraphRunner per call
+#   replay_overhead      20 s    60 s  eager / raw replay / GraphRunner per call, each row
+#                                      host- or device-bound from its device time (events)
 #   pool_reuse           10 s    45 s  pool bytes per memory mode
 #   streams_overlap      20 s    60 s  one stream against npu_stream_switch in a captured graph
 #   static_kernel_warm_start
@@ -40,11 +45,12 @@
 # they would call each batch size once, which is its eager warm-up call, and capture nothing.
 # vllm_serving is not a step either (it needs vLLM built for the device).
 #
-# Files in DIR: suite.log (every step's output), summary.json (environment, each step's status,
-# time, limit and estimate, digests of the smoke check and the tests), smoke.json,
-# device_tests.xml (JUnit) and benchmarks.json (each benchmark's JSON under its step's name).
+# Files in DIR: suite.log (every step's output), summary.json (the code measured, environment,
+# each step's status, time, limit and estimate, digests of the smoke check and the tests, the
+# figures the targets are read from), smoke.json, device_tests.xml (JUnit) and benchmarks.json
+# (each benchmark's JSON under its step's name).
 #
-# --dry-run runs the same steps on the CPU with tiny sizes (about a minute on two cores, more
+# --dry-run runs the same steps on the CPU with tiny sizes (about 100 s on two idle cores, more
 # when they are shared; the static-kernel warm start, six processes and a C++ build, is left out
 # there), so that the script cannot rot between device runs: CI runs it
 # (integration_tests/test_device_suite.py).
@@ -158,7 +164,7 @@ deadline=$((SECONDS + budget))
 failed=0
 
 # name | estimate | limit | minimum (what a step needs at least to say anything)
-declare -A ESTIMATE=([environment]=10 [smoke]=75 [device_tests]=90 [decode_step]=75
+declare -A ESTIMATE=([environment]=10 [smoke]=80 [device_tests]=90 [decode_step]=75
     [replay_overhead]=20 [pool_reuse]=10 [streams_overlap]=20 [static_kernel_warm_start]=70)
 declare -A LIMIT=([environment]=60 [smoke]=120 [device_tests]=170 [decode_step]=150
     [replay_overhead]=60 [pool_reuse]=45 [streams_overlap]=60 [static_kernel_warm_start]=180)
@@ -249,9 +255,11 @@ fold() {
 
 dry=()
 [ "$dry_run" = 1 ] && dry=(--dry-run)
-commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-echo "device suite: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit, dry run: $dry_run," \
-    "budget ${budget} s, writing to $out" | tee "$log"
+echo "device suite: $(date -u '+%Y-%m-%d %H:%M UTC'), dry run: $dry_run, budget ${budget} s," \
+    "writing to $out" | tee "$log"
+# The code measured, read from the checkout before anything runs: the commit and a hash of the
+# uncommitted changes, and a hash of the files that still names the code in a copy without .git.
+"$python" benchmarks/_suite.py code --summary "$summary" --root "$root" 2>&1 | tee -a "$log"
 run_step environment "$python" benchmarks/_suite.py environment --summary "$summary" ${dry[@]+"${dry[@]}"}
 rc=$?
 if [ "$rc" != 0 ] && [ "$dry_run" = 0 ]; then

@@ -7,6 +7,12 @@ whose test aborts the process (a failed C++ assertion, a segfault) or hangs, cos
 only. Each test has a time limit (``--test-timeout``, see ``_pytest_deadline.py``); each file the
 time left (``--budget``).
 
+pytest runs with plugin autoloading off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``) and the plugins
+the device tests need named with ``-p`` (``PLUGINS``): a device image comes with plugins of its
+own (pytest-timeout, xdist, benchmark, cov, mock, anyio, ...) that would otherwise load
+themselves, and with ``filterwarnings = error`` a warning one of them raises becomes an error of
+the tests; their options and fixtures are not what the tests were written against either.
+
     python benchmarks/device_tests.py --out DIR [--test-timeout 90] [--budget 170] [--jobs 2]
 
 Writes DIR/device_tests.xml (JUnit: one test suite per file; a file whose process ended early
@@ -49,6 +55,11 @@ LEFT_OUT = {
 }
 #: Processes per file at most: the first, and one after each test that ended its process.
 MAX_ATTEMPTS = 3
+#: The pytest plugins the device tests run with, and no other (autoloading is off): the time
+#: limit and per-test record of this folder. None of the device test files uses a fixture or
+#: option of an installed plugin (hypothesis, mock, timeout, ...); one that starts to must be
+#: added here, by module name, and be installed where CI runs the dry run.
+PLUGINS = ("_pytest_deadline",)
 
 
 @dataclass
@@ -75,6 +86,7 @@ def _pytest(command: list[str], seconds: float) -> tuple[int, str, bool]:
         [str(Path(__file__).resolve().parent), *filter(None, [env.get("PYTHONPATH")])]
     )
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # nothing written into the checkout
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only the plugins named in PLUGINS
     # A session of its own: a file that runs out of time is ended with everything it started.
     with subprocess.Popen(
         command,
@@ -133,7 +145,7 @@ def run_file(path: str, work: Path, args: argparse.Namespace, deadline: float) -
             break
         xml = work / f"{stem}.{run.attempts}.xml"
         command = [sys.executable, "-m", "pytest", path, "-m", "device", "-q", "-rA"]
-        command += ["-p", "no:cacheprovider", "-p", "_pytest_deadline"]
+        command += ["-p", "no:cacheprovider", *(a for p in PLUGINS for a in ("-p", p))]
         command += [f"--test-timeout={args.test_timeout}", f"--test-record={run.record}"]
         command += [f"--junitxml={xml}", *(f"--deselect={nodeid}" for nodeid in deselect)]
         code, output, timed_out = _pytest(command, left)

@@ -11,8 +11,17 @@ the Python frames one replay through ``runner.as_function()`` opens, from that f
 to its return, the call of the graph's ``replay`` included but not the frames inside it (the CPU
 emulation's re-run of the ops, which a device replay does not have); C calls are not counted.
 
+Each row also has the device time per call of the raw replay and of the runner (timing events,
+with the device kept busy while the calls are queued, so the host's gaps do not count) and, from
+the raw replay's device time against its wall time, a ``bound``: ``host-bound`` when the device
+is busy at most half the wall time (the device waits for the host, so what the runner adds on
+the host shows), else ``device-bound`` (the device's work hides the host's: the ratio reads about
+1.0 whatever the runner costs). The 1.2x target is judged on the host-bound rows only
+(``target`` in the JSON).
+
 On a CPU-only machine the graph is npu-mempool's emulated graph (replay re-runs the ops and copies
-into the static output), so the numbers measure the runner's overhead, not a device graph.
+into the static output), so the numbers measure the runner's overhead, not a device graph; there
+is no device time, every row's bound is ``n/a on cpu`` and the target is not judged.
 
     python benchmarks/replay_overhead.py [--kernels 200] [--calls 2000] [--repeats 7]
 
@@ -27,14 +36,29 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import npu_mempool
 import torch
-from _common import RESULTS_DIR, pick_device, write_json
+from _common import (
+    HOST_BOUND_SHARE,
+    RESULTS_DIR,
+    bound,
+    device_us_per_call,
+    pick_device,
+    write_json,
+)
+
+#: The target: a call through the runner at most this many times a raw replay plus input copy.
+TARGET = 1.2
+#: Calls between the timing events of a device-time measurement: few enough for the host to
+#: queue them while the device is still busy with the work queued before them.
+DEVICE_TIMED_CALLS = 200
+#: The variants whose device time is measured.
+RAW_AND_RUNNER = ("raw_replay", "runner")
 
 
 def make_chain(kernels: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -129,7 +153,7 @@ def python_calls_per_replay(function: Callable[[torch.Tensor], Any], x: torch.Te
     return counted
 
 
-def measure(kernels: int, calls: int, repeats: int, device: torch.device) -> dict[str, float]:
+def measure(kernels: int, calls: int, repeats: int, device: torch.device) -> dict[str, Any]:
     fn = make_chain(kernels)
     x = torch.randn(16, device=device)
     runner = npu_mempool.GraphRunner(fn, name=f"chain{kernels}")
@@ -146,14 +170,15 @@ def measure(kernels: int, calls: int, repeats: int, device: torch.device) -> dic
         for _ in range(repeats):  # interleaved so drift hits every variant alike
             for name, call in variants.items():
                 samples[name].append(time_calls(call, x, device, calls))
+        device_us = device_times(variants, x, device, calls)
         function = runner.as_function()
         replays = runner.counters.replays
         calls_per_replay = python_calls_per_replay(function, x)
         assert runner.counters.replays == replays + 1, "the counted call was not a replay"
-    return summarize(samples, calls_per_replay)
+    return summarize(samples, calls_per_replay, device_us, device)
 
 
-def measure_held(calls: int, repeats: int, device: torch.device) -> dict[str, float]:
+def measure_held(calls: int, repeats: int, device: torch.device) -> dict[str, Any]:
     """``for x in data: out = f(x)`` with one step per call: the previous output is still held.
 
     Each call is one top-level call (as Dynamo enters ``top_level_call`` around a compiled
@@ -188,6 +213,7 @@ def measure_held(calls: int, repeats: int, device: torch.device) -> dict[str, fl
         for _ in range(repeats):
             for name, step in variants.items():
                 samples[name].append(time_calls(step, x, device, calls))
+        device_us = device_times(variants, x, device, calls)
         previous = function(x)  # held while the counted call runs
         replays = runner.counters.replays
         with top_level_call():
@@ -195,17 +221,63 @@ def measure_held(calls: int, repeats: int, device: torch.device) -> dict[str, fl
         assert runner.counters.replays == replays + 1, "the counted call was not a replay"
         assert runner.num_paths == 1, "the previous output was not taken back"
         assert type(previous).__name__ == "StaleTensor", "the previous output was not taken back"
-    return summarize(samples, calls_per_replay)
+    return summarize(samples, calls_per_replay, device_us, device)
 
 
-def summarize(samples: dict[str, list[float]], calls_per_replay: int) -> dict[str, float]:
+def device_times(
+    variants: Mapping[str, Callable[[torch.Tensor], Any]],
+    x: torch.Tensor,
+    device: torch.device,
+    calls: int,
+) -> dict[str, float | None]:
+    """Device µs per call of the raw replay and of the runner (``None`` on the CPU)."""
+    timed = min(calls, DEVICE_TIMED_CALLS)
+    return {name: device_us_per_call(variants[name], x, device, timed) for name in RAW_AND_RUNNER}
+
+
+def summarize(
+    samples: dict[str, list[float]],
+    calls_per_replay: int,
+    device_us: dict[str, float | None],
+    device: torch.device,
+) -> dict[str, Any]:
     # The minimum is the least noisy estimate of a fixed per-call cost on a shared machine.
-    result = {name: min(values) for name, values in samples.items()}
+    result: dict[str, Any] = {name: min(values) for name, values in samples.items()}
     result.update({f"{name}_median": statistics.median(v) for name, v in samples.items()})
     result["runner_over_raw"] = result["runner"] / result["raw_replay"]
     result["runner_overhead_us"] = result["runner"] - result["raw_replay"]
     result["python_calls_per_replay"] = calls_per_replay
+    for name in RAW_AND_RUNNER:
+        result[f"{name}_device_us"] = device_us[name]
+    raw_device = device_us["raw_replay"]
+    # The device's share of a raw replay's wall time: what decides whether the row can show
+    # the runner's host cost at all.
+    result["device_share"] = None if raw_device is None else raw_device / result["raw_replay"]
+    result["bound"] = bound(raw_device, result["raw_replay"], device)
     return result
+
+
+def judge(rows: dict[str, dict[str, Any]], device: torch.device) -> dict[str, Any]:
+    """The 1.2x target, judged on the host-bound rows only."""
+    host_bound = [name for name, row in rows.items() if row["bound"] == "host-bound"]
+    over = [name for name in host_bound if rows[name]["runner_over_raw"] > TARGET]
+    target: dict[str, Any] = {
+        "what": f"runner <= {TARGET} x raw replay (input copy + graph replay), wall time per "
+        "call, on host-bound rows only",
+        "max_runner_over_raw": TARGET,
+        "host_bound_share": HOST_BOUND_SHARE,
+        "judged_on": host_bound,
+        "not_judged": {name: row["bound"] for name, row in rows.items() if name not in host_bound},
+        "over_target": over,
+        "met": None,
+    }
+    if device.type == "cpu":
+        target["note"] = "not judged on cpu: the emulated graph has no device time"
+    elif not host_bound:
+        target["note"] = "not judged: no row is host-bound, so none can show the runner's cost"
+    else:
+        target["met"] = not over
+    return target
 
 
 def main() -> None:
@@ -225,16 +297,24 @@ def main() -> None:
     print(f"device: {device}  graph: {graph}  torch {torch.__version__}")
     header = (
         f"{'workload':<16}{'eager':>11}{'raw replay':>12}{'runner':>11}{'overhead':>11}{'ratio':>8}"
-        f"{'py calls':>10}"
+        f"{'py calls':>10}{'raw device':>12}  bound"
     )
     print(header)
     print("-" * len(header))
     for name, r in rows.items():
+        device_us = r["raw_replay_device_us"]
+        on_device = f"{device_us:>10.2f}us" if device_us is not None else f"{'-':>12}"
         print(
             f"{name:<16}{r['eager']:>9.2f}us{r['raw_replay']:>10.2f}us{r['runner']:>9.2f}us"
             f"{r['runner_overhead_us']:>9.2f}us{r['runner_over_raw']:>7.2f}x"
-            f"{r['python_calls_per_replay']:>10.0f}"
+            f"{r['python_calls_per_replay']:>10.0f}{on_device}  {r['bound']}"
         )
+    target = judge(rows, device)
+    verdict = {True: "met", False: "NOT met", None: "not judged"}[target["met"]]
+    print(
+        f"target runner <= {TARGET}x raw on host-bound rows ({', '.join(target['judged_on'])}): "
+        f"{verdict}" + (f"; {target['note']}" if "note" in target else "")
+    )
     path = write_json(
         args.out / "replay_overhead.json",
         {
@@ -247,7 +327,12 @@ def main() -> None:
             "unit": "us per call (min of repeats; *_median: median)",
             "python_calls_per_replay": "Python frames of one replay through as_function(), "
             "the graph's replay call included, the frames inside it not",
+            "device_us": "*_device_us: device time per call (timing events, the device kept "
+            "busy while the calls were queued); device_share: raw replay's device time over its "
+            "wall time; bound: host-bound when that share is at most "
+            f"{HOST_BOUND_SHARE}, n/a on cpu",
             "rows": rows,
+            "target": target,
         },
     )
     print(f"wrote {path}")

@@ -9,12 +9,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
@@ -54,13 +58,42 @@ def _checkout_files() -> str:
     ).stdout
 
 
-def _device_tests_module() -> object:
+#: Smoke checks that fail on this tree until npu-mempool keeps, or poisons, an output held across
+#: a pool rewind for a new shape and across a forced recapture: the dry run must record them as
+#: failed checks that caught the overwrite, not crash. Empty it once they pass.
+FAILING_UNTIL_FIXED = {"held_output_new_shape", "force_recapture_held"}
+
+
+def _benchmark_module(name: str) -> ModuleType:
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        import device_tests
+        return __import__(name)
     finally:
         sys.path.remove(str(BENCHMARKS))
-    return device_tests
+
+
+def _device_tests_module() -> object:
+    return _benchmark_module("device_tests")
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def _copy_without_git(destination: Path) -> None:
+    """What a device machine gets: tracked and untracked-but-not-ignored files, no .git."""
+    listed = _git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    for path in filter(None, listed.split("\0")):
+        source = ROOT / path
+        if source.is_file():
+            (destination / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination / path)
 
 
 @pytest.mark.slow
@@ -68,7 +101,7 @@ def test_the_dry_run_runs_every_step_and_writes_at_most_eight_files(tmp_path: Pa
     out = tmp_path / "results"
     before = _checkout_files()
     done = _suite("--dry-run", "--out", str(out))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     files = sorted(p.name for p in out.iterdir())
     assert files == [
         "benchmarks.json",
@@ -81,16 +114,36 @@ def test_the_dry_run_runs_every_step_and_writes_at_most_eight_files(tmp_path: Pa
     summary = json.loads((out / "summary.json").read_text())
     steps = {step["name"]: step for step in summary["steps"]}
     assert list(steps) == list(STEPS)
-    for name, step in steps.items():
-        assert step["status"] in ("ok", "skipped"), (name, step)
+    for step in steps.values():
         assert step["estimate_s"] > 0
     assert steps["static_kernel_warm_start"]["status"] == "skipped"  # too slow for a dry run
     assert summary["environment"]["dry_run"] is True
-    assert summary["not ok"] == []
+    # The code measured, read before the run: this checkout's commit and uncommitted changes.
+    code = summary["code"]
+    assert code["commit"] == _git(ROOT, "rev-parse", "HEAD").strip()
+    assert code == _benchmark_module("_code").identity(ROOT)
     smoke = json.loads((out / "smoke.json").read_text())
     assert smoke["finished"] is True
-    assert smoke["failed"] == []
-    assert {"decode_loop", "capture_error_python", "capture_stream_wait"} <= set(smoke["checks"])
+    checks = smoke["checks"]
+    assert {
+        "decode_loop",
+        "capture_error_python",
+        "capture_stream_wait",
+        "held_output_new_shape",
+        "force_recapture_held",
+        "streams_record_wait",
+    } <= set(checks)
+    assert checks["streams_record_wait"]["ok"] is True, checks["streams_record_wait"]
+    assert set(smoke["failed"]) <= FAILING_UNTIL_FIXED
+    for name in smoke["failed"]:  # caught the overwrite: a failed check, not a crash
+        assert checks[name]["returncode"] == 0, checks[name]
+        assert checks[name]["error"].startswith("AssertionError: the held output changed")
+    # A failed smoke check fails the step and the suite, and the other steps still run.
+    assert summary["not ok"] == (["smoke"] if smoke["failed"] else [])
+    assert done.returncode == (1 if smoke["failed"] else 0), done.stdout[-3000:]
+    for name, step in steps.items():
+        if name != "smoke":
+            assert step["status"] in ("ok", "skipped"), (name, step)
     assert steps["smoke"]["digest"]["checks"]["decode_loop"] == "ok"
     tests = ET.parse(out / "device_tests.xml").getroot()
     assert int(tests.get("tests") or 0) >= 19  # every device test, skipped on CPU
@@ -99,8 +152,25 @@ def test_the_dry_run_runs_every_step_and_writes_at_most_eight_files(tmp_path: Pa
     assert {"decode_step", "replay_overhead", "pool_reuse", "streams_overlap"} <= set(benchmarks)
     rows = benchmarks["decode_step"]["reports"][0]["rows"]
     assert rows[1]["matches_eager"] is True
+    # No device time on the CPU: no row passes for host- or device-bound, the target is unjudged.
+    replay = benchmarks["replay_overhead"]
+    assert {row["bound"] for row in replay["rows"].values()} == {"n/a on cpu"}
+    assert all(row["raw_replay_device_us"] is None for row in replay["rows"].values())
+    assert replay["target"]["met"] is None
+    assert replay["target"]["judged_on"] == []
+    ratios = summary["figures"]["decode_step"]
+    assert set(ratios) == {
+        "npu_compile / eager",
+        "npu_compile / cudagraphs",
+        "npu_compile / reduce-overhead",
+    }
+    assert ratios["npu_compile / eager"]["matches_eager"] is True
+    assert ratios["npu_compile / eager"]["ratio"] > 0
+    assert ratios["npu_compile / cudagraphs"]["ratio"] is None  # needs CUDA
+    assert summary["figures"]["replay_overhead"]["target"] == replay["target"]
     log = (out / "suite.log").read_text()
     assert all(f"== {name}" in log for name in STEPS)
+    assert f"code: commit {code['commit'][:12]}" in log
     assert _checkout_files() == before  # nothing written into the checkout, not even ignored
 
 
@@ -185,3 +255,191 @@ def test_a_test_that_hangs_or_aborts_costs_only_itself(tmp_path: Path) -> None:
     assert (kind, "--test-timeout (3.0 s)" in message) == ("error", True)
     ((kind, message),) = cases["test_aborts"]
     assert (kind, "signal 6" in message) == ("error", True)
+
+
+def test_a_copy_without_git_still_names_its_code(tmp_path: Path) -> None:
+    # A device machine gets the working tree without .git, and with ignored paths carried along.
+    copy = tmp_path / "copy"
+    _copy_without_git(copy)
+    for junk in (".venv/lib/site.py", "packages/npu-compile/src/__pycache__/x.pyc"):
+        (copy / junk).parent.mkdir(parents=True, exist_ok=True)
+        (copy / junk).write_text("ignored by .gitignore, as in the checkout\n")
+    assert not (copy / ".git").exists()
+    out = tmp_path / "out"
+    only = ("--only", "environment")  # the code is read before any step
+    done = subprocess.run(
+        [
+            "bash",
+            str(copy / "benchmarks" / "device_suite.sh"),
+            "--dry-run",
+            "--out",
+            str(out),
+            *only,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": sys.executable},
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    code = json.loads((out / "summary.json").read_text())["code"]
+    here = _benchmark_module("_code").identity(ROOT)
+    assert code["commit"] is None
+    assert code["uncommitted"] is None
+    assert "no git repository" in code["note"]
+    # The same files as this checkout's, so the same hash: the copy's run is traced back here.
+    assert (code["tree_sha256"], code["files"]) == (here["tree_sha256"], here["files"])
+    found = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "_code.py"), "--find", str(out / "summary.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert found.returncode == 0, found.stdout + found.stderr
+    assert "has it" in found.stdout
+    if not here["uncommitted"]["files"]:  # a clean checkout: the commit itself has that hash
+        assert here["commit"] in found.stdout
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    (repo / "pkg" / "build").mkdir(parents=True)
+    (repo / "pkg" / "data").mkdir()
+    (repo / ".gitignore").write_text("build/\n*.log\n/top.txt\n!keep.log\n")
+    (repo / "pkg" / ".gitignore").write_text("data/*.bin\n")
+    for path, text in {
+        "pkg/a.py": "a = 1\n",
+        "pkg/keep.log": "kept: negated\n",
+        "pkg/top.txt": "anchored to the root only\n",
+        "pkg/data/d.txt": "data\n",
+    }.items():
+        (repo / path).write_text(text)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "one")
+    for path in ("pkg/build/b.py", "pkg/x.log", "top.txt", "pkg/data/d.bin"):
+        (repo / path).write_text("ignored\n")
+    return repo
+
+
+def test_the_tree_hash_is_the_same_with_and_without_git(repository: Path, tmp_path: Path) -> None:
+    code = _benchmark_module("_code")
+    (repository / "pkg" / "new.py").write_text("untracked, not ignored: travels\n")
+    listed = code._git_files(repository)
+    assert listed == sorted(code.walked_files(repository))
+    assert "pkg/new.py" in listed
+    assert "pkg/keep.log" in listed  # negated
+    assert "pkg/top.txt" in listed  # the root's /top.txt only
+    assert not {"pkg/build/b.py", "pkg/x.log", "top.txt", "pkg/data/d.bin"} & set(listed)
+    with_git = code.identity(repository)
+    shutil.rmtree(repository / ".git")
+    without = code.identity(repository)
+    assert without["commit"] is None
+    assert (without["tree_sha256"], without["files"]) == (with_git["tree_sha256"], len(listed))
+
+
+def test_uncommitted_changes_are_named_and_hashed(repository: Path) -> None:
+    code = _benchmark_module("_code")
+    clean = code.identity(repository)
+    assert clean["commit"] == _git(repository, "rev-parse", "HEAD").strip()
+    assert clean["uncommitted"] == {"files": 0, "sha256": None, "paths": []}
+    # A clean tree has its commit's hash: the commit is found from the hash alone.
+    assert code.find(repository, clean["tree_sha256"]) == [clean["commit"]]
+
+    (repository / "pkg" / "a.py").write_text("a = 2\n")
+    (repository / "pkg" / "new.py").write_text("b = 1\n")
+    (repository / "pkg" / "data" / "d.txt").unlink()
+    changed = code.identity(repository)
+    assert changed["commit"] == clean["commit"]
+    assert changed["uncommitted"]["files"] == 3
+    assert changed["uncommitted"]["paths"] == [
+        "pkg/a.py",
+        "deleted pkg/data/d.txt",
+        "added pkg/new.py",
+    ]
+    assert changed["tree_sha256"] != clean["tree_sha256"]
+    assert code.find(repository, changed["tree_sha256"]) == []
+    (repository / "pkg" / "a.py").write_text("a = 3\n")  # another change, another hash
+    again = code.identity(repository)["uncommitted"]
+    assert again["files"] == 3
+    assert again["sha256"] != changed["uncommitted"]["sha256"]
+
+
+def test_device_tests_load_no_plugin_they_do_not_name(tmp_path: Path) -> None:
+    # An installed plugin that loads itself breaks every test process it enters, as a plugin
+    # warning does under filterwarnings = error.
+    site = tmp_path / "site"
+    (site / "self_loading-1.0.dist-info").mkdir(parents=True)
+    (site / "self_loading-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: self-loading\nVersion: 1.0\n"
+    )
+    (site / "self_loading-1.0.dist-info" / "entry_points.txt").write_text(
+        "[pytest11]\nself_loading = self_loading_plugin\n"
+    )
+    (site / "self_loading_plugin.py").write_text("raise RuntimeError('loaded itself')\n")
+    test_file = tmp_path / "test_plain.py"
+    test_file.write_text(
+        "import pytest\npytestmark = pytest.mark.device\ndef test_runs(): assert 1 + 1 == 2\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+    # The plugin is found and breaks a pytest that loads plugins by itself ...
+    plain = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert plain.returncode != 0
+    assert "loaded itself" in plain.stdout + plain.stderr
+    # ... and the device tests never load it.
+    out = tmp_path / "out"
+    files = ("--files", str(test_file))
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "device_tests.py"), "--out", str(out), *files],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    (case,) = ET.parse(out / "device_tests.xml").getroot().iter("testcase")
+    assert (case.get("name"), list(case)) == ("test_runs", [])
+
+
+def _row(raw: float, runner: float, raw_device: float | None) -> dict[str, Any]:
+    replay_overhead = _benchmark_module("replay_overhead")
+    device = torch.device("cuda")  # a label needs a device with device time; nothing runs on it
+    samples = {"eager": [raw], "raw_replay": [raw], "runner": [runner]}
+    device_us = {"raw_replay": raw_device, "runner": raw_device}
+    row: dict[str, Any] = replay_overhead.summarize(samples, 7, device_us, device)
+    return row
+
+
+def test_the_replay_target_is_judged_on_host_bound_rows_only() -> None:
+    replay_overhead = _benchmark_module("replay_overhead")
+    cuda = torch.device("cuda")
+    # 200 kernels: the device is busy all the time, and a slow runner hides behind it.
+    chain = _row(raw=400.0, runner=404.0, raw_device=398.0)
+    one = _row(raw=10.0, runner=11.5, raw_device=2.0)
+    assert (chain["bound"], one["bound"]) == ("device-bound", "host-bound")
+    target = replay_overhead.judge({"chain": chain, "one kernel": one}, cuda)
+    assert (target["judged_on"], target["met"]) == (["one kernel"], True)
+    slow = _row(raw=10.0, runner=13.0, raw_device=2.0)
+    target = replay_overhead.judge({"chain": chain, "one kernel": slow}, cuda)
+    assert (target["over_target"], target["met"]) == (["one kernel"], False)
+    # Only device-bound rows: nothing can show the runner's cost, so nothing is claimed.
+    assert replay_overhead.judge({"chain": chain}, cuda)["met"] is None
+    unknown = _row(raw=10.0, runner=30.0, raw_device=None)
+    assert unknown["bound"].startswith("unknown")
+    assert replay_overhead.judge({"one kernel": unknown}, cuda)["met"] is None

@@ -82,7 +82,9 @@ class BenchReport:
         title: What was measured.
         device: Device string.
         rows: The variants.
-        extra: Derived numbers (speedups, overhead difference).
+        extra: Derived numbers (speedups, overhead difference; for the decode step
+            ``ratios``: npu_compile's time over eager's, ``cudagraphs``' and
+            ``reduce-overhead``'s, each with ``matches_eager``).
         environment: torch and package versions, host, the thread count the timings ran
             with, date.
     """
@@ -108,7 +110,10 @@ class BenchReport:
             spread = f"{row.spread_us:8.1f}" if row.spread_us is not None else f"{'':>8}"
             lines.append(f"{row.name:<28} {value} {ratio} {median} {spread}  {row.note}")
         for key, value in self.extra.items():
-            lines.append(f"{key}: {value}")
+            if key == "ratios":
+                lines += [_ratio_line(name, ratio) for name, ratio in value.items()]
+            else:
+                lines.append(f"{key}: {value}")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -249,8 +254,53 @@ def _decode_step_bench(
     ours = rows[1].us_per_call
     if eager and ours:
         extra["speedup (eager / npu_compile)"] = round(eager / ours, 3)
+    extra["ratios"] = _ratios(rows)
     environment = _environment(device, torch.get_num_threads())
     return BenchReport("decode step (demo model)", str(device), rows, extra, environment)
+
+
+#: The decode-step ratios reported, each npu_compile's time per step over another variant's.
+_OURS = "npu_compile reduce-overhead"
+_RATIOS = {
+    "npu_compile / eager": "eager",
+    "npu_compile / cudagraphs": "torch cudagraphs",
+    "npu_compile / reduce-overhead": "torch mode=reduce-overhead",
+}
+
+
+def _ratios(rows: list[BenchRow]) -> dict[str, dict[str, Any]]:
+    """npu_compile's µs per step over each other variant's (below 1: npu_compile is faster).
+
+    Each ratio carries ``matches_eager``: true only when both variants gave eager's output (a
+    fast variant that computes something else is no comparison), ``None`` when one of them was
+    not checked; ``ratio`` is ``None``, with a ``note``, when a variant has no time (skipped or
+    failed). ``cudagraph_skips`` is the other variant's: with skips, its time is not a graph
+    replay's.
+    """
+    by_name = {row.name: row for row in rows}
+    ours = by_name[_OURS]
+    ratios: dict[str, dict[str, Any]] = {}
+    for key, name in _RATIOS.items():
+        other = by_name[name]
+        entry: dict[str, Any] = {"over": name, "ratio": None, "matches_eager": None}
+        if ours.us_per_call and other.us_per_call:
+            entry["ratio"] = round(ours.us_per_call / other.us_per_call, 3)
+        else:
+            missing = ours if not ours.us_per_call else other
+            entry["note"] = f"{missing.name}: {missing.note or 'no time'}"
+        if ours.matches_eager is not None and other.matches_eager is not None:
+            entry["matches_eager"] = ours.matches_eager and other.matches_eager
+        entry["cudagraph_skips"] = other.cudagraph_skips
+        ratios[key] = entry
+    return ratios
+
+
+def _ratio_line(name: str, ratio: dict[str, Any]) -> str:
+    """One ratio of ``_ratios`` as a line of the table."""
+    value = "-" if ratio["ratio"] is None else f"{ratio['ratio']:.3f}x"
+    matches = {True: "matches eager", False: "DIFFERS from eager", None: "not checked"}
+    text = f"{name}: {value} ({matches[ratio['matches_eager']]})"
+    return f"{text}; {ratio['note']}" if ratio.get("note") else text
 
 
 def _compare(got: torch.Tensor, expected: torch.Tensor) -> dict[str, Any]:
