@@ -68,8 +68,8 @@ def test_seed_000_example_matches_eager_and_is_captured(
     prepared: list[torch.fx.GraphModule] = []
     real_pass = npu_streams.prepare_for_capture
 
-    def spy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-        out = real_pass(gm)
+    def spy(gm: torch.fx.GraphModule, device: torch.device | None = None) -> torch.fx.GraphModule:
+        out = real_pass(gm, device)
         prepared.append(out)
         return out
 
