@@ -47,6 +47,7 @@ DEVICE_TEST_FILES = (
     "packages/npu-streams/tests/test_streams_device.py",
     "packages/npu-compile/tests/test_compile_backend.py",
     "packages/npu-compile/tests/test_compile_diagnose.py",
+    "packages/npu-compile/tests/test_compile_stream_markers.py",
     "packages/npu-graph-export/tests/test_export_device.py",
 )
 #: Device test files left out, and why.

@@ -155,7 +155,7 @@ def test_demo_grows_the_kv_cache_for_long_generations(capsys: pytest.CaptureFixt
 def _nothing_captured(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every FX graph falls back to eager, with the message "test says no"."""
     from npu_compile import FallbackReason, _planner
-    from npu_compile._piecewise import Split
+    from npu_compile._plan import Split
 
     said = Split("x", "aten::x", FallbackReason.MIXED_DEVICES, "test says no")
     monkeypatch.setattr(_planner, "split_points", lambda gm, device, ops: [said])

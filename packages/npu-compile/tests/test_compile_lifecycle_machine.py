@@ -174,7 +174,7 @@ def test_held_outputs_of_compiled_functions_survive_every_sequence() -> None:
     run_state_machine_as_test(
         CompiledLifecycle,
         settings=settings(
-            max_examples=40,
+            max_examples=25,
             stateful_step_count=12,
             deadline=None,
             database=EXAMPLES,

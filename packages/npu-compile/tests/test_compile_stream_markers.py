@@ -120,3 +120,19 @@ def test_prepare_for_capture_puts_the_markers_on_the_graph_s_device(
     # And the graph still runs (on the device the markers now name).
     (out,) = graph(torch.ones(4, device=device))
     assert out.device == device
+
+
+@pytest.mark.device
+def test_record_and_wait_under_the_backend_on_the_accelerator(fresh_tagged_events: None) -> None:
+    from npu_compile._device import best_device
+
+    device = best_device()
+    backend = npu_compile.get_npu_backend()
+    compiled = torch.compile(_forked, backend=backend, fullgraph=True)
+    with torch.no_grad():
+        for _ in range(3):  # warm-up (CUDA), capture, replay
+            x = torch.randn(8, 8, device=device)
+            torch.testing.assert_close(compiled(x), _forked(x))
+    assert backend.stats.captured == 1
+    assert backend.stats.piecewise == 0, backend.stats.splits
+    assert backend.stats.fallbacks == []

@@ -413,7 +413,7 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch.fx._lazy_graph_module._LazyGraphModule.force_recompile",
         "FX",
-        "_eager.forward_of binds a graph's generated forward (no lazy-recompile stub)",
+        "_fallback.forward_of binds a graph's generated forward (no lazy-recompile stub)",
     ),
     # Inductor's passes the backend reuses on the ATen graph.
     PrivateApi(

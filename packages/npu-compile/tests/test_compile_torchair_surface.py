@@ -19,7 +19,8 @@ from npu_compile import (
     UnsupportedApiError,
     get_npu_backend,
 )
-from npu_compile._passes import filter_specializer
+from npu_compile._lowering import lower
+from npu_compile._static_kernels import restricted
 from npu_compile.configs.compiler_config import NPUGRAPH_EX_OPTIONS
 
 # Tags are process-wide: each test also starts with an empty tagged-event registry (Dynamo is
@@ -453,13 +454,12 @@ def test_static_kernel_sym_range_selects_keys() -> None:
     config = CompilerConfig()
     config.experimental_config.aclgraph._aclnn_static_shape_kernel_sym_value_range = [4, 8]
     config.experimental_config.aclgraph._aclnn_static_shape_kernel_sym_index = 1
-    filtered = filter_specializer(config, specialize, generic=print)
-    assert filtered is not None
+    filtered = restricted(specialize, lower(config), generic=print)
     assert filtered("a", [torch.ones(1), 2, 8]) == "specialised"
     assert filtered("b", [torch.ones(1), 8, 3]) is print
     assert filtered("c", [torch.ones(1)]) is print
     assert built == ["a"]
-    assert filter_specializer(CompilerConfig(), specialize, print) is specialize
+    assert restricted(specialize, lower(CompilerConfig()), print) is specialize
 
 
 def test_dynamo_export_refuses_frozen_parameter(tmp_path: Path) -> None:

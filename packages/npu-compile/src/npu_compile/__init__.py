@@ -15,7 +15,7 @@ from npu_mempool import StaleOutputError, graph_pool_handle, mark_step_begin
 
 from npu_compile import core, ops, scope
 from npu_compile._export import dynamo_export
-from npu_compile._fallback import Fallback, FallbackReason
+from npu_compile._stats import Fallback
 from npu_compile._unsupported import unsupported
 from npu_compile._version import __version__
 from npu_compile.backend import NpuBackend, get_npu_backend
@@ -26,6 +26,7 @@ from npu_compile.errors import (
     BackendError,
     ConfigError,
     DemoMismatchError,
+    FallbackReason,
     NoEffectWarning,
     NpuCompileError,
     OutputError,

@@ -42,8 +42,8 @@ from npu_compile._build import build_loaded
 from npu_compile.errors import BackendError
 
 if TYPE_CHECKING:
-    from npu_compile._lowering import Settings
     from npu_compile._plan import GraphPlan
+    from npu_compile._settings import Settings
 
 __all__ = ["GraphArtifact", "SerializedGraph", "ARTIFACT_FORMAT"]
 
@@ -99,7 +99,7 @@ class GraphArtifact(OutputCode):
         if self.gm is None:
             raise BackendError(f"{self.name}: nothing to serialize (the graph was dropped)")
         settings = self.settings
-        if settings is not None and settings.config.aclgraph_config.use_custom_pool is not None:
+        if settings is not None and settings.shared_pool:
             raise BackendError(
                 f"{self.name} uses aclgraph_config.use_custom_pool, a graph pool of this "
                 "process: such a graph cannot be saved for another process; leave the option "
@@ -118,7 +118,6 @@ class GraphArtifact(OutputCode):
         # AOT autograd calls this after a load (and, harmlessly, when nothing was serialized).
         if self.gm is not None or self._serialized_gm is None:
             return
-        import npu_streams  # noqa: F401  (registers the stream ops the graph may call)
         from torch._subclasses import FakeTensorMode
         from torch.fx._graph_pickler import GraphPickler
         from torch.fx.experimental.symbolic_shapes import ShapeEnv

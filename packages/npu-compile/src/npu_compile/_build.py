@@ -10,25 +10,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import npu_mempool
 import torch
+from npu_mempool import InputKind
 
-from npu_compile import _dump, _logs, _passes
-from npu_compile._eager import forward_of, static_kernels_lost
-from npu_compile._fallback import FallbackReason
-from npu_compile._lowering import specialized_per_shape, specializer
+from npu_compile import _logs
+from npu_compile._fallback import eager_forward, forward_of, report, static_kernels_lost
 from npu_compile._piecewise import piecewise
-from npu_compile._plan import Route
-from npu_compile._stats import loaded_stats
-
-if TYPE_CHECKING:
-    from npu_mempool import InputKind
-
-    from npu_compile._lowering import Settings
-    from npu_compile._plan import GraphPlan
-    from npu_compile._stats import BackendStats
+from npu_compile._plan import GraphPlan, Route
+from npu_compile._settings import Settings
+from npu_compile._static_kernels import specializer
+from npu_compile._stats import BackendStats, loaded_stats
+from npu_compile.errors import FallbackReason
 
 __all__ = ["build", "build_loaded"]
 
@@ -48,9 +43,7 @@ def build(
     if plan.route is Route.FALLBACK:
         return forward_of(gm)
     if plan.route is Route.EAGER:
-        stats.eager += 1
-        dumper = _dump.data_dumper(gm, settings.config, plan.name)
-        return dumper or eager_forward(gm, settings, plan.name, stats)
+        return eager_forward(gm, settings, plan.name, stats)
     if plan.route is Route.PIECES:
         return _pieces(plan, gm, settings, stats)
     return _runner(plan, gm, settings, stats)
@@ -60,23 +53,8 @@ def build_loaded(plan: GraphPlan, gm: torch.fx.GraphModule, settings: Settings) 
     """:func:`build` for a graph loaded from a saved artifact, counted in ``loaded_stats``."""
     loaded_stats.fx_graphs += 1
     if plan.fallback is not None:
-        reason, message = plan.fallback
-        logger.warning("FX graph %s runs eagerly (%s): %s", plan.name, reason, message)
-        loaded_stats.record_fallback(plan.name, reason, message)
+        report(plan.name, plan.fallback, loaded_stats)
     return build(plan, gm, settings, loaded_stats)
-
-
-def eager_forward(
-    gm: torch.fx.GraphModule, settings: Settings, name: str, stats: BackendStats
-) -> CompiledFn:
-    """The graph run without capture; with static kernels on, per shape, as documented."""
-    forward = forward_of(gm)
-    hook = specializer(settings, gm, name, static_kernels_lost(name, stats))
-    specialize = _passes.filter_specializer(settings.config, hook, forward)
-    if specialize is not None:
-        # The whole pipeline but the capture: static kernels included.
-        forward = specialized_per_shape(specialize, forward)
-    return forward
 
 
 def _runner(
@@ -85,8 +63,7 @@ def _runner(
 
     name = plan.name
     forward = forward_of(gm)
-    hook = specializer(settings, gm, name, static_kernels_lost(name, stats))
-    specialize = _passes.filter_specializer(settings.config, hook, forward)
+    specialize = specializer(settings, gm, name, static_kernels_lost(name, stats), forward)
     runner = npu_mempool.GraphRunner(
         forward,
         input_kinds=plan.kinds,

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import npu_mempool
 import torch
 
 from npu_compile._accel import current_device
@@ -147,9 +148,7 @@ def torch_npu_status() -> str:
 
 def graph_implementation(device: torch.device) -> str:
     """Name the device-graph implementation npu-mempool will use for captures on ``device``."""
-    from npu_mempool import graph_implementation as mempool_choice
-
     try:
-        return mempool_choice(device)
+        return npu_mempool.graph_implementation(device)
     except Exception as error:  # a device type npu-mempool has no backend for
         return f"none ({type(error).__name__}: {error})"

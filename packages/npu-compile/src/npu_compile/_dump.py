@@ -15,14 +15,12 @@ import os
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.fx
 
-if TYPE_CHECKING:
-    from npu_compile.configs.compiler_config import CompilerConfig
-
+from npu_compile._settings import DataDump
 
 __all__ = ["data_dumper"]
 
@@ -103,27 +101,12 @@ class _Dumper(torch.fx.Interpreter):
         return result
 
 
-def data_dumper(
-    gm: torch.fx.GraphModule, config: CompilerConfig, name: str
-) -> Callable[..., Any] | None:
-    """The dumping callable for ``gm`` when ``debug.data_dump.type`` is set, else ``None``."""
-    dump = config.debug.data_dump
-    if dump.get("type") is None:
-        return None
-    base = dump.get("path") or os.getcwd()
-    assert isinstance(base, str)
-    keep = dump.get("filter")
-    if keep is not None and not callable(keep):
-        from npu_compile.errors import ConfigError
-
-        raise ConfigError(
-            f"debug.data_dump.filter must be None or a function node -> node or None, got "
-            f"{type(keep).__name__}"
-        )
-    root = os.path.join(base, _rank_folder(), name)
+def data_dumper(gm: torch.fx.GraphModule, dump: DataDump, name: str) -> Callable[..., Any]:
+    """The callable that runs ``gm`` node by node, dumping what ``dump`` keeps."""
+    root = os.path.join(dump.folder or os.getcwd(), _rank_folder(), name)
     logger.info(
         "FX graph %s runs eagerly (debug.data_dump is set): operator inputs and outputs go to %s",
         name,
         root,
     )
-    return _Dumper(gm, root, keep)
+    return _Dumper(gm, root, dump.keep)

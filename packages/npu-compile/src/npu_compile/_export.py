@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
+from npu_graph_export import ExportConfig, ExportResult
+from npu_graph_export import dynamo_export as export
 
 from npu_compile import _config_checks
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import ConfigError
-
-if TYPE_CHECKING:
-    from npu_graph_export import ExportResult
 
 
 def dynamo_export(
@@ -47,9 +46,6 @@ def dynamo_export(
             ``experimental_config.frozen_parameter`` (an export cannot promise fixed weight
             addresses, as in TorchAir).
     """
-    from npu_graph_export import ExportConfig
-    from npu_graph_export import dynamo_export as export
-
     if config is None:
         config = CompilerConfig()
     if not isinstance(config, CompilerConfig):

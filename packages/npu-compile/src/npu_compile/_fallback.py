@@ -1,63 +1,118 @@
-"""Why an FX graph runs eagerly instead of captured: one code per cause, and the record kept.
+"""Running a graph eagerly: its bound forward, the eager route, and every fallback, logged once.
 
-A graph the backend cannot capture falls back to eager (or raises with
-``debug.aclgraph.strict``); a captured graph whose static kernels could not be built runs
-without them. Each fallback carries a :class:`FallbackReason`, for programs and tests, next to
-the message written for people.
+Every way an FX graph ends up running without capture goes through here: the plan's ``EAGER``
+route (:func:`eager_forward`), a graph that cannot be captured (:func:`fall_back`, or a
+:class:`~npu_compile.BackendError` under ``debug.aclgraph.strict``), a loaded graph whose plan
+says it falls back (:func:`report`), and a captured shape that runs without its static kernels
+(:func:`static_kernels_lost`). Each is logged in one wording and recorded in the backend's
+statistics with its :class:`~npu_compile.FallbackReason`.
 """
 
 from __future__ import annotations
 
-import enum
-from typing import NamedTuple
+import logging
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["Fallback", "FallbackReason"]
+import torch
+from npu_streams import has_stream_ops, scopes_closed_on_error
+from torch.fx._lazy_graph_module import _LazyGraphModule
+
+from npu_compile import _dump
+from npu_compile._settings import Settings
+from npu_compile._static_kernels import specialized_per_shape, specializer
+from npu_compile._stats import BackendStats
+from npu_compile.errors import BackendError, FallbackReason
+
+__all__ = ["eager_forward", "fall_back", "forward_of", "report", "static_kernels_lost"]
+
+logger = logging.getLogger("npu_compile")
+
+CompiledFn = Callable[..., Any]
 
 
-class FallbackReason(enum.StrEnum):
-    """Why an FX graph fell back to eager (values of ``BackendStats.fallback_reasons``).
+def forward_of(gm: torch.fx.GraphModule) -> CompiledFn:
+    """``gm.forward`` as the generated function itself.
 
-    Members are strings, so ``reason == "host_sync"`` keeps working. The logged warning and the
-    strict-mode :class:`~npu_compile.BackendError` name the value too.
-
-    Attributes:
-        MIXED_DEVICES: The graph's inputs live on several device types; a device graph runs on
-            one device.
-        TRAINING: Autograd records the graph (an output requires grad) and it cannot be
-            captured: torch's AOT compile is saving it (a saved artifact holds no backward
-            graph). Other training graphs are captured, forward and backward.
-        HOST_SYNC: An operator reads a tensor value on the host (``.item()``, ``nonzero``),
-            which a device graph cannot record.
-        AOT_TRACE_FAILED: AOT autograd could not trace the graph.
-        EXTERNAL_STATE: An operator reads per-step state from outside the graph's inputs
-            (vLLM's attention metadata on a device), or is tagged
-            ``torch.Tag.cudagraph_unsafe``, which a replay would reuse stale.
-        SPLITTING_OPS: Every operator worth capturing is named in
-            ``aclgraph_config.splitting_ops``, so no piece is left to capture.
-        STATIC_KERNEL_FAILED: Static kernels are on but could not be built, found or loaded for
-            a shape of the graph (a compiler error, a link refused in the build directory, a
-            full disk). The graph is still captured and replayed, without them; the message
-            gives the cause (the compiler's first error line). Recorded once per graph.
+    A lazily recompiled GraphModule's ``forward`` is a stub that recompiles and then goes through
+    ``nn.Module.__call__`` on every call (several µs); compiling now binds the real code. A graph
+    with stream scopes closes the scopes an exception leaves open.
     """
+    _LazyGraphModule.force_recompile(gm)
+    forward: CompiledFn = gm.forward
+    if not has_stream_ops(gm):
+        return forward
 
-    MIXED_DEVICES = "mixed_devices"
-    TRAINING = "training"
-    HOST_SYNC = "host_sync"
-    AOT_TRACE_FAILED = "aot_trace_failed"
-    EXTERNAL_STATE = "external_state"
-    SPLITTING_OPS = "splitting_ops"
-    STATIC_KERNEL_FAILED = "static_kernel_failed"
+    def closing_scopes(*args: Any) -> Any:
+        # The graph opens and closes its stream scopes with ops: an op that raises in between
+        # would leave the side stream current, and a device capture could not end then.
+        with scopes_closed_on_error():
+            return forward(*args)
+
+    return closing_scopes
 
 
-class Fallback(NamedTuple):
-    """One entry of ``BackendStats.fallbacks``: a plain ``(graph, message)`` pair.
+def report(name: str, fallback: tuple[FallbackReason, str], stats: BackendStats) -> None:
+    """Log and record that the FX graph ``name`` runs eagerly, in the one wording for it."""
+    reason, message = fallback
+    logger.warning("FX graph %s runs eagerly (%s): %s", name, reason, message)
+    stats.record_fallback(name, reason, message)
 
-    Its :class:`FallbackReason` is ``stats.fallback_reasons[entry.graph]``.
 
-    Attributes:
-        graph: The FX graph's name (as in the log lines, e.g. ``npu_compile_3``).
-        message: Why it runs eagerly and what to do about it, for people.
+def fall_back(
+    gm: torch.fx.GraphModule,
+    name: str,
+    fallback: tuple[FallbackReason, str],
+    strict: bool,
+    stats: BackendStats,
+) -> CompiledFn:
+    """``gm`` run eagerly, logged and recorded; raises instead when ``strict``.
+
+    Args:
+        gm: The graph to run.
+        name: The FX graph's name.
+        fallback: Why it runs eagerly, and the message.
+        strict: ``debug.aclgraph.strict``: raise :class:`BackendError` instead.
+        stats: Where the fallback is recorded.
     """
+    reason, message = fallback
+    if strict:
+        raise BackendError(
+            f"cannot capture FX graph {name} ({reason}): {message} (debug.aclgraph.strict is "
+            "set; unset it to run such graphs eagerly)",
+            reason=reason,
+        )
+    report(name, fallback, stats)
+    return forward_of(gm)
 
-    graph: str
-    message: str
+
+def eager_forward(
+    gm: torch.fx.GraphModule, settings: Settings, name: str, stats: BackendStats
+) -> CompiledFn:
+    """The ``EAGER`` route: the graph after every pass, run without capture.
+
+    With a data dump on, every operator's inputs and outputs are saved; with static kernels on,
+    each shape runs its own (the whole pipeline but the capture).
+    """
+    stats.eager += 1
+    if settings.data_dump is not None:
+        return _dump.data_dumper(gm, settings.data_dump, name)
+    forward = forward_of(gm)
+    specialize = specializer(settings, gm, name, static_kernels_lost(name, stats), forward)
+    if specialize is not None:
+        forward = specialized_per_shape(specialize, forward)
+    return forward
+
+
+def static_kernels_lost(name: str, stats: BackendStats) -> Callable[[str], None]:
+    """Record, once per FX graph, that a shape of it runs without its static kernels."""
+
+    def lost(cause: str) -> None:
+        if name in stats.fallback_reasons:
+            return  # every later shape fails the same way: one entry per graph
+        reason = FallbackReason.STATIC_KERNEL_FAILED
+        message = f"a shape runs captured but without its static kernels: {cause}"
+        logger.warning("FX graph %s runs without static kernels (%s): %s", name, reason, message)
+        stats.record_fallback(name, reason, message)
+
+    return lost

@@ -1,78 +1,42 @@
-"""The CompilerConfig lowered once into :class:`Settings`: what every graph of a backend reads.
+"""The CompilerConfig lowered once into :class:`~npu_compile._settings.Settings`.
 
-:func:`lower` runs when a backend is made (and again for ``torch.compile(options=...)``), never
-per graph: the capture options and the static-kernel options are built, and so validated, once,
-by the package that owns them (``npu_mempool.CaptureOptions``,
-``npu_static_kernel.StaticKernelOptions``). :func:`specializer` builds the per-shape static
-kernel hook of one graph from them.
+:func:`lower` runs when a backend is made (and once per ``torch.compile(options=...)`` call),
+never per graph: the capture options and the static-kernel options are built, and so validated,
+once, by the package that owns them (``npu_mempool.CaptureOptions``,
+``npu_static_kernel.StaticKernelOptions``), and every other option becomes a typed field under
+one name. This is the one module below the backend that reads the option tree.
+:func:`for_inputs` resolves a pool named by id to the pool of a graph's device.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from npu_mempool import CaptureOptions, PoolHandle, graph_pool_handle
+from npu_static_kernel import StaticKernelOptions
 
 from npu_compile._accel import first_tensor_device, with_index
-from npu_compile._fallback import FallbackReason
-from npu_compile.errors import BackendError
+from npu_compile._settings import DataDump, Dump, Settings, UserPass
 
 if TYPE_CHECKING:
-    from npu_static_kernel import StaticKernelOptions
-
     from npu_compile.configs.compiler_config import CompilerConfig
 
-__all__ = ["Settings", "lower", "specialized_per_shape", "specializer"]
-
-CompiledFn = Callable[..., Any]
-Specialize = Callable[[object, Sequence[object]], CompiledFn]
+__all__ = ["for_inputs", "lower"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """A :class:`CompilerConfig` lowered for the pipeline; frozen, shared by every graph.
-
-    Attributes:
-        config: The configuration snapshot (the passes and the dumps read their own options).
-        capture: Whether graphs are captured at all. ``False`` runs every graph through the
-            whole pipeline without capture: ``debug.run_eagerly``, a data dump, an FX summary
-            with ``skip_compile``, or an engine that captures itself (vLLM).
-        capture_options: What every graph runner of the backend is given.
-        pool_id: A graph pool named by id tuple (``use_custom_pool``), resolved per device.
-        static_kernels: The static-kernel options, ``None`` when static kernels are off.
-        piecewise: Whether graphs may be captured in pieces around what cannot be captured.
-        splitting_ops: Ops that always run eagerly between pieces.
-        capture_sizes: Batch sizes graphs are padded to (empty: captured per exact size).
-        capture_sizes_dim: The dimension that holds the batch, when named.
-        strict: Raise instead of falling back (``debug.aclgraph.strict``).
-        check_passes: Check each graph pass against the graph before it at the first call
-            (``debug.aclgraph.check_passes``).
-    """
-
-    config: CompilerConfig
-    capture: bool
-    capture_options: CaptureOptions
-    pool_id: tuple[int, int] | None
-    static_kernels: StaticKernelOptions | None
-    piecewise: bool
-    splitting_ops: tuple[str, ...]
-    capture_sizes: tuple[int, ...]
-    capture_sizes_dim: int | None
-    strict: bool
-    check_passes: bool = False
-
-    def for_inputs(self, example_inputs: Sequence[object]) -> Settings:
-        """These settings with a pool id tuple resolved to the pool of the inputs' device."""
-        if self.pool_id is None:
-            return self
-        pool = _pool_for(first_tensor_device(example_inputs), self.pool_id)
-        return dataclasses.replace(
-            self, capture_options=dataclasses.replace(self.capture_options, pool=pool)
-        )
+def for_inputs(settings: Settings, example_inputs: Sequence[object]) -> Settings:
+    """``settings`` with a pool id tuple resolved to the pool of the inputs' device."""
+    if settings.pool_id is None:
+        return settings
+    pool = _pool_for(first_tensor_device(example_inputs), settings.pool_id)
+    return dataclasses.replace(
+        settings, capture_options=dataclasses.replace(settings.capture_options, pool=pool)
+    )
 
 
 def lower(config: CompilerConfig, *, capture: bool = True) -> Settings:
@@ -109,35 +73,84 @@ def lower(config: CompilerConfig, *, capture: bool = True) -> Settings:
         # warmup_runs left to npu-mempool: it knows which devices need an eager call per new
         # shape before capturing it (CUDA's lazily initialised cuBLAS).
     )
-    summary = config.debug.fx_summary
+    debug = config.debug
+    summary = debug.fx_summary
     eager = (
-        config.debug.run_eagerly
-        or config.debug.data_dump.enabled
-        or (summary.enabled and summary.skip_compile)
+        debug.run_eagerly or debug.data_dump.enabled or (summary.enabled and summary.skip_compile)
     )
     sizes = config.aclgraph_config.capture_sizes
     dim = config.aclgraph_config.capture_sizes_dim
+    static = config.experimental_config.aclgraph
+    sym_range = static.get("_aclnn_static_shape_kernel_sym_value_range")
     return Settings(
-        config=config,
         capture=capture and not eager,
         capture_options=capture_options,
         pool_id=pool_id,
+        shared_pool=shared,
         static_kernels=_static_kernel_options(config),
+        static_kernel_sym_index=int(static._aclnn_static_shape_kernel_sym_index),
+        static_kernel_sym_range=None if sym_range is None else tuple(sym_range),  # type: ignore[arg-type]
         piecewise=bool(config.aclgraph_config.piecewise),
         splitting_ops=tuple(config.aclgraph_config.splitting_ops),
         capture_sizes=tuple(sizes) if sizes else (),
         capture_sizes_dim=None if dim is None else int(dim),
-        strict=bool(aclgraph.strict),
+        pre_pass=_user_pass(config, "post_grad_custom_pre_pass"),
+        post_pass=_user_pass(config, "post_grad_custom_post_pass"),
+        remove_noop_ops=bool(config.experimental_config.remove_noop_ops),
+        reinplace_intermediates=not aclgraph.disable_reinplace_inplaceable_ops_pass,
+        reinplace_input_mutations=not aclgraph.disable_reinplace_input_mutated_ops_pass,
         check_passes=bool(aclgraph.check_passes),
+        keep_inference_input_mutations=bool(
+            config.experimental_config.keep_inference_input_mutations
+        ),
+        graph_dump=_dump(debug.graph_dump, ("py", "txt")),
+        fx_summary=_dump(summary, ("csv",)),
+        data_dump=_data_dump(config),
+        options_digest=options_digest(config),
     )
+
+
+def _user_pass(config: CompilerConfig, name: str) -> UserPass | None:
+    function = config.get(name)
+    if function is None:
+        return None
+    assert callable(function)  # the option's validator
+    return UserPass(name, function, config)
+
+
+def _dump(node: Any, kinds: tuple[str, ...]) -> Dump | None:
+    """A dump option as a :class:`Dump`, if it is on in a format written here."""
+    kind = node.get("type")
+    if kind not in kinds:
+        return None  # off, or a format this backend does not write (GE's pbtxt)
+    return Dump(str(kind), str(node.get("path") or "."))
+
+
+def _data_dump(config: CompilerConfig) -> DataDump | None:
+    dump = config.debug.data_dump
+    if dump.get("type") is None:
+        return None
+    folder = dump.get("path")
+    return DataDump(None if folder is None else str(folder), dump.get("filter"))  # type: ignore[arg-type]
+
+
+def options_digest(config: CompilerConfig) -> str:
+    """A digest of every option of ``config``, the same in every process for the same options."""
+    from npu_compile._version import __version__
+
+    def name(value: object) -> str:
+        # Functions by name: their repr holds an address, which differs in every process.
+        qualname = getattr(value, "__qualname__", None)
+        return f"{getattr(value, '__module__', '')}.{qualname}" if qualname else repr(value)
+
+    options = sorted((path, name(value)) for path, value in config.items())
+    return hashlib.sha256(repr((__version__, options)).encode()).hexdigest()[:16]
 
 
 def _static_kernel_options(config: CompilerConfig) -> StaticKernelOptions | None:
     static = config.experimental_config.aclgraph
     if not static._aclnn_static_shape_kernel:
         return None
-    from npu_static_kernel import StaticKernelOptions
-
     return StaticKernelOptions(
         build_dir=static._aclnn_static_shape_kernel_build_dir,
         # strict: a failed build raises instead of running the graph without static kernels.
@@ -164,65 +177,3 @@ def _pool_for(device: torch.device, pool_id: tuple[int, int]) -> PoolHandle:
             )
             _pools[key] = handle
     return handle
-
-
-def specializer(
-    settings: Settings,
-    gm: torch.fx.GraphModule,
-    name: str,
-    lost: Callable[[str], None] | None,
-) -> Specialize | None:
-    """The per-shape static kernel hook for ``gm``, or None when static kernels are off.
-
-    Args:
-        settings: The lowered options.
-        gm: The graph to specialise.
-        name: The FX graph's name, for messages.
-        lost: Called with the cause (one line) each time a shape falls back to running without
-            its static kernels.
-
-    Returns:
-        The hook. With ``debug.aclgraph.strict`` it raises :class:`BackendError` (reason
-        ``static_kernel_failed``) where a shape's static kernels cannot be built.
-    """
-    if settings.static_kernels is None:
-        return None
-    from npu_static_kernel import NpuStaticKernelError, StaticKernelCompiler
-
-    compiler = StaticKernelCompiler(options=settings.static_kernels)
-
-    def specialize(key: object, args: Sequence[object]) -> CompiledFn:
-        before = compiler.counters.fallbacks
-        try:
-            compiled: CompiledFn = compiler.compile_static(gm, list(args))
-        except NpuStaticKernelError as error:  # strict mode
-            reason = FallbackReason.STATIC_KERNEL_FAILED
-            first = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise BackendError(
-                f"cannot build the static kernels of FX graph {name or '?'} ({reason}): {first} "
-                "(debug.aclgraph.strict is set; unset it to run such graphs without them)",
-                reason=reason,
-            ) from error
-        if lost is not None and compiler.counters.fallbacks != before:
-            lost(compiler.last_fallback_reason or "unknown cause")
-        return compiled
-
-    return specialize
-
-
-def specialized_per_shape(specialize: Specialize, forward: CompiledFn) -> CompiledFn:
-    """Call the shape-specialised callable for each call's shapes (graphs run without capture)."""
-    built: dict[Hashable, CompiledFn] = {}
-
-    def call(*args: Any) -> Any:
-        key = tuple(
-            (a.shape, a.dtype, a.stride()) if isinstance(a, torch.Tensor) else (type(a), a)
-            for a in args
-        )
-        fn = built.get(key)
-        if fn is None:
-            fn = built[key] = specialize(key, args)
-        return fn(*args)
-
-    call.__name__ = call.__qualname__ = getattr(forward, "__name__", "forward")
-    return call

@@ -12,11 +12,9 @@ capture.
 No built-in pass may specialise a symbolic size: one that would add a guard on a size is skipped
 for that graph (see :func:`npu_compile._torch_compat.no_new_guards`).
 
-As in TorchAir, a graph that uses stream scopes or events keeps the input-mutation pass (an op
-whose result is copied back into a graph input writes the input directly, as the copy would)
-but skips the pass that reinplaces intermediates: writing in place into an intermediate that
-another stream may still be reading would race, and the graph does not say when that stream is
-done with it.
+Which passes run is read from the lowered :class:`~npu_compile._settings.Settings` and, for the
+reinplacing of intermediates, from the graph's plan (the planner turns it off for pieces and, as
+in TorchAir, for graphs with stream scopes or events; the input-mutation pass runs there too).
 """
 
 from __future__ import annotations
@@ -26,21 +24,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from npu_streams import has_stream_ops
 
 from npu_compile import _reinplace, _torch_compat
+from npu_compile._settings import Dump, Settings, UserPass
 from npu_compile.errors import BackendError
 
 if TYPE_CHECKING:
     from npu_compile._passcheck import PassTrail
-    from npu_compile.configs.compiler_config import CompilerConfig
 
-__all__ = [
-    "run_post_grad_passes",
-    "finish",
-    "check_decompositions",
-    "filter_specializer",
-]
+__all__ = ["check_decompositions", "finish", "run_post_grad_passes"]
 
 logger = logging.getLogger("npu_compile")
 
@@ -71,14 +63,11 @@ def check_decompositions(decompositions: object) -> dict[Any, Callable[..., Any]
 
 
 def _user_pass(
-    name: str,
-    function: Callable[..., Any],
-    gm: torch.fx.GraphModule,
-    example_inputs: Sequence[Any],
-    config: CompilerConfig,
+    user_pass: UserPass, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
 ) -> torch.fx.GraphModule:
+    name = user_pass.name
     try:
-        result = function(gm, list(example_inputs), config)
+        result = user_pass(gm, example_inputs)
     except Exception as error:
         # The user's code failed: say so, rather than let it pass for a graph AOT cannot trace.
         first = str(error).splitlines()[0] if str(error) else ""
@@ -106,17 +95,14 @@ def _remove_noop_ops(gm: torch.fx.GraphModule) -> None:
     remove_noop_ops(gm.graph)
 
 
-def _dump_graph(gm: torch.fx.GraphModule, config: CompilerConfig, name: str) -> None:
-    dump = config.debug.graph_dump
-    kind = dump.get("type")
-    if kind not in ("py", "txt"):
+def _dump_graph(gm: torch.fx.GraphModule, dump: Dump | None, name: str) -> None:
+    if dump is None:
         return
     import os
     import tempfile
 
-    target = dump.full_path(name)
-    assert target is not None
-    text = gm.code if kind == "py" else str(gm.graph)
+    target = dump.path_for(name)
+    text = gm.code if dump.kind == "py" else str(gm.graph)
     folder = os.path.dirname(target) or "."
     os.makedirs(folder, exist_ok=True)
     # Atomic: a reader never sees half a dump.
@@ -134,7 +120,7 @@ def _dump_graph(gm: torch.fx.GraphModule, config: CompilerConfig, name: str) -> 
 def run_post_grad_passes(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
-    config: CompilerConfig,
+    settings: Settings,
     name: str = "graph",
     trail: PassTrail | None = None,
 ) -> torch.fx.GraphModule:
@@ -143,7 +129,7 @@ def run_post_grad_passes(
     Args:
         gm: The AOT graph (edited in place where possible).
         example_inputs: Its example inputs (fake tensors, SymInts).
-        config: The options.
+        settings: The lowered options.
         name: Name of the graph, for logs.
         trail: Where the graph is recorded around each pass (``debug.aclgraph.check_passes``).
 
@@ -154,21 +140,17 @@ def run_post_grad_passes(
         BackendError: A user pass raised, returned something else than ``None`` or a
             GraphModule, or left a malformed graph.
     """
-    pre = config.get("post_grad_custom_pre_pass")
-    if pre is not None:
-        assert callable(pre)
-        gm = _user_pass("post_grad_custom_pre_pass", pre, gm, example_inputs, config)
+    if settings.pre_pass is not None:
+        gm = _user_pass(settings.pre_pass, gm, example_inputs)
     if trail is not None:
         trail.start(gm)
-    if config.experimental_config.remove_noop_ops:
+    if settings.remove_noop_ops:
         shape_env = _shape_env(example_inputs)
         _guarded(gm, name, "remove_noop_ops", lambda: _remove_noop_ops(gm), shape_env)
         if trail is not None:
             trail.after("remove_noop_ops", gm)
-    post = config.get("post_grad_custom_post_pass")
-    if post is not None:
-        assert callable(post)
-        gm = _user_pass("post_grad_custom_post_pass", post, gm, example_inputs, config)
+    if settings.post_pass is not None:
+        gm = _user_pass(settings.post_pass, gm, example_inputs)
         if trail is not None:
             trail.start(gm)  # the user's pass is not ours to check
     return gm
@@ -212,31 +194,26 @@ def _guarded(
 def finish(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
-    config: CompilerConfig,
+    settings: Settings,
+    reinplace_intermediates: bool,
     name: str = "graph",
     trail: PassTrail | None = None,
 ) -> None:
     """Reinplace and dump the graph that will run, in place.
 
-    With stream scopes or events in the graph only the input-mutation pass runs (see the module
-    docstring).
-
     Args:
         gm: The graph about to be captured or run.
         example_inputs: Its example inputs.
-        config: The options.
+        settings: The lowered options.
+        reinplace_intermediates: Whether the plan lets functional ops write into dead
+            intermediates.
         name: Name of the graph, for logs and dump files.
         trail: Where the graph is recorded after each pass (``debug.aclgraph.check_passes``).
     """
-    aclgraph = config.debug.aclgraph
-    functional = not aclgraph.disable_reinplace_inplaceable_ops_pass
-    mutated = not aclgraph.disable_reinplace_input_mutated_ops_pass
-    if functional and has_stream_ops(gm):
-        logger.debug("%s uses stream scopes or events: intermediates are not reinplaced", name)
-        functional = False
-    if functional or mutated:
+    mutated = settings.reinplace_input_mutations
+    if reinplace_intermediates or mutated:
         shape_env = _shape_env(example_inputs)
-        if functional:
+        if reinplace_intermediates:
             reinplace = lambda: _reinplace.reinplace_intermediates(gm.graph)  # noqa: E731
             _guarded(gm, name, "reinplace", reinplace, shape_env)
             if trail is not None:
@@ -247,39 +224,4 @@ def finish(
             _guarded(gm, name, "input reinplace", reinplace_inputs, shape_env)
             if trail is not None:
                 trail.after("reinplace_input_mutations", gm)
-    _dump_graph(gm, config, name)
-
-
-def filter_specializer(
-    config: CompilerConfig,
-    specialize: Callable[[object, Sequence[object]], Callable[..., Any]] | None,
-    generic: Callable[..., Any],
-) -> Callable[[object, Sequence[object]], Callable[..., Any]] | None:
-    """Apply ``_aclnn_static_shape_kernel_sym_value_range`` / ``_sym_index`` to static kernels.
-
-    With a range set, only graph keys whose symbolic size number ``_sym_index`` (counting the
-    integer arguments of the graph in order) is in the range get static kernels; the others run
-    the generic graph.
-    """
-    static = config.experimental_config.aclgraph
-    allowed = static.get("_aclnn_static_shape_kernel_sym_value_range")
-    if specialize is None or allowed is None:
-        return specialize
-    assert isinstance(allowed, tuple)
-    index = int(static._aclnn_static_shape_kernel_sym_index)
-    inner = specialize
-
-    def filtered(key: object, args: Sequence[object]) -> Callable[..., Any]:
-        sizes = [a for a in args if isinstance(a, int) and not isinstance(a, bool)]
-        if index < len(sizes) and sizes[index] in allowed:
-            return inner(key, args)
-        logger.debug(
-            "no static kernels for key %s: symbolic size %d is %s, not in %s",
-            key,
-            index,
-            sizes[index] if index < len(sizes) else "absent",
-            allowed,
-        )
-        return generic
-
-    return filtered
+    _dump_graph(gm, settings.graph_dump, name)

@@ -14,22 +14,19 @@ The CPU emulation applies the same rules as a device, so splitting is tested wit
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import operator
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from npu_mempool import InputKind
 
 from npu_compile._capturable import HOST_SYNC_OPS, called_op, op_name, op_tags, unsafe_tag
-from npu_compile._fallback import FallbackReason
+from npu_compile._plan import GraphPlan, Split
+from npu_compile.errors import FallbackReason
 
-if TYPE_CHECKING:
-    from npu_compile._plan import GraphPlan
-
-__all__ = ["Split", "piecewise", "pieces_to_capture", "split_points"]
+__all__ = ["piecewise", "pieces_to_capture", "split_points"]
 
 CompiledFn = Callable[..., Any]
 
@@ -55,19 +52,6 @@ _FREE_OPS = frozenset(
         torch.ops.aten.sym_size.int,
     }
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class Split:
-    """Why one node runs eagerly between pieces."""
-
-    node: str
-    op: str
-    reason: FallbackReason
-    why: str
-
-    def describe(self) -> str:
-        return f"{self.node} ({self.op}: {self.why})"
 
 
 def split_points(

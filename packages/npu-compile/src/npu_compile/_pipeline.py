@@ -18,36 +18,29 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import npu_streams
 import torch
 from npu_mempool import NpuMempoolError
-from npu_streams import NpuStreamsError
+from npu_streams import NpuStreamsError, has_stream_ops
 
 from npu_compile import _passes, _torch_compat
 from npu_compile._accel import accelerator_device, first_tensor_device
 from npu_compile._build import build
-from npu_compile._capturable import (
-    TRAINING_REASON,
-    external_state_reason,
-    records_autograd,
-    uncapturable_reason,
-)
-from npu_compile._eager import fall_back
-from npu_compile._fallback import FallbackReason
+from npu_compile._capturable import external_state_reason, records_autograd, uncapturable_reason
+from npu_compile._fallback import fall_back
 from npu_compile._inputs import input_kinds, runner_is_whole_call
+from npu_compile._lowering import for_inputs
 from npu_compile._passcheck import PassTrail, checked
-from npu_compile._plan import GraphFacts, GraphPlan, Route, fallback_plan
+from npu_compile._plan import GraphFacts, GraphPlan, Route
 from npu_compile._planner import plan_graph
+from npu_compile._settings import Settings
+from npu_compile._stats import BackendStats
 from npu_compile._summary import write_fx_summary
 from npu_compile._tensorify import tensorify_int_inputs
 from npu_compile._training import BackwardCompiler
-from npu_compile.errors import NpuCompileError
-
-if TYPE_CHECKING:
-    from npu_compile._lowering import Settings
-    from npu_compile._stats import BackendStats
+from npu_compile.errors import FallbackReason, NpuCompileError
 
 __all__ = ["ForwardCompiler", "bundling", "compile_graph"]
 
@@ -94,14 +87,16 @@ def compile_graph(
         refused = _refused(gm, example_inputs, device)
         if refused is not None:
             return fall_back(gm, name, refused, settings.strict, stats)
-    settings = settings.for_inputs(example_inputs)
+    settings = for_inputs(settings, example_inputs)
     # Under torch's AOT compile (vLLM's default) the compiled function must be saved and loaded
     # in another process: the forward compiler then returns a GraphArtifact (see _artifact).
     graph = DynamoGraph(name, device, len(example_inputs), bundling())
     backward = BackwardCompiler(name, settings, stats)
     forward = ForwardCompiler(graph, settings, stats, backward)
     keyed = (
-        _torch_compat.options_in_cache_key(settings.config, decompositions, settings.capture)
+        _torch_compat.options_in_cache_key(
+            settings.options_digest, decompositions, settings.capture
+        )
         if graph.saving
         else None
     )
@@ -114,9 +109,7 @@ def compile_graph(
                 # While saving, a training graph runs eagerly: fw_compiler also gets its backward.
                 bw_compiler=None if graph.saving else backward,
                 decompositions=dict(decompositions),
-                keep_inference_input_mutations=bool(
-                    settings.config.experimental_config.keep_inference_input_mutations
-                ),
+                keep_inference_input_mutations=settings.keep_inference_input_mutations,
             )
     except (NpuStreamsError, NpuMempoolError, NpuCompileError):
         # A broken stream scope or a bad option is the user's to fix, never a silent fallback.
@@ -205,7 +198,8 @@ class ForwardCompiler:
             self._built = checked(self._built, self._trail)
         compiled = self._built
         if self.graph.saving:
-            # Saved and loaded in another process: AOT gets a GraphArtifact (see _artifact).
+            # Saved and loaded in another process: AOT gets a GraphArtifact. Imported here: it
+            # loads Inductor's OutputCode, which a plain torch.compile never needs.
             from npu_compile._artifact import GraphArtifact
 
             artifact = GraphArtifact(plan=plan, settings=self.settings, gm=prepared)
@@ -227,29 +221,25 @@ class ForwardCompiler:
         # AOT's autograd wrapper, and the backward compiler captures the backward graph; only a
         # graph being saved cannot be (see TRAINING_REASON).
         training = meta is not None and records_autograd(meta, self.grad_enabled)
-        facts = GraphFacts(graph.name, graph.device, kinds, training=training)
-        if training:
-            if graph.saving:
-                return fallback_plan(facts, FallbackReason.TRAINING, TRAINING_REASON), fw_gm
+        if training and not graph.saving:
             self.backward.saw_forward(fw_gm, kinds)
         trail = self._trail = (
             PassTrail(graph.name) if settings.check_passes and not graph.saving else None
         )
-        fw_gm = _passes.run_post_grad_passes(
-            fw_gm, example_inputs, settings.config, graph.name, trail
-        )
+        fw_gm = _passes.run_post_grad_passes(fw_gm, example_inputs, settings, graph.name, trail)
         prepared = npu_streams.prepare_for_capture(fw_gm, graph.device)
         if trail is not None:
             trail.after("npu_streams.prepare_for_capture", prepared)
-        # A saved graph runs behind AOT's wrapper, which it brings along; never bypass it then.
-        bypass = (
-            not graph.saving
-            and meta is not None
-            and runner_is_whole_call(meta, fw_gm, graph.n_inputs)
+        facts = GraphFacts(
+            graph.name,
+            graph.device,
+            kinds,
+            training=training,
+            saving=graph.saving,
+            whole_call=meta is not None and runner_is_whole_call(meta, fw_gm, graph.n_inputs),
+            streams=has_stream_ops(prepared),
         )
-        plan = plan_graph(
-            prepared, example_inputs, dataclasses.replace(facts, bypass=bypass), settings
-        )
+        plan = plan_graph(prepared, example_inputs, facts, settings)
         if plan.route is Route.FALLBACK:
             return plan, prepared
         if plan.tensorify:
@@ -264,14 +254,10 @@ class ForwardCompiler:
                     prepared,
                     adapt=lambda forward: tensorified.wrap(forward, device),
                 )
-        finishing = settings.config
-        if plan.splits:
-            # A piece gets the tensors made between pieces as copied inputs: an op reinplaced
-            # onto one would write the copy, not the tensor later pieces read.
-            finishing = finishing.copy()
-            finishing.debug.aclgraph.disable_reinplace_inplaceable_ops_pass = True
-        _passes.finish(prepared, example_inputs, finishing, graph.name, trail)
-        write_fx_summary(prepared, settings.config, graph.name)
+        _passes.finish(
+            prepared, example_inputs, settings, plan.reinplace_intermediates, graph.name, trail
+        )
+        write_fx_summary(prepared, settings.fx_summary, graph.name)
         return plan, prepared
 
     def finish(self, gm: torch.fx.GraphModule, compiled: CompiledFn) -> CompiledFn:

@@ -1,8 +1,8 @@
 """Plan: what one AOT forward graph becomes, decided once, as a frozen :class:`GraphPlan`.
 
-The pipeline transforms a graph (passes, stream preparation), then ``_planner.plan_graph``
-decides, from the graph and the lowered :class:`~npu_compile._lowering.Settings` alone, what it
-becomes:
+The pipeline transforms a graph (passes, stream preparation) and gathers what it found about it
+(:class:`GraphFacts`), then ``_planner.plan_graph`` decides, from the graph, the facts and the
+lowered :class:`~npu_compile._settings.Settings` alone, what it becomes:
 
 * ``CAPTURE``: one graph runner, optionally behind padding to the capture sizes;
 * ``PIECES``: captured pieces with the nodes that cannot be captured run eagerly between them;
@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
+    # Types only: the plan is data, and importing it loads nothing that computes it.
     from npu_mempool import InputKind
 
-    from npu_compile._fallback import FallbackReason
-    from npu_compile._padding import Padding
-    from npu_compile._piecewise import Split
+    from npu_compile._padded import Padding
     from npu_compile._tensorify import Tensorified
+    from npu_compile.errors import FallbackReason
 
-__all__ = ["GraphFacts", "GraphPlan", "Route", "fallback_plan"]
+__all__ = ["GraphFacts", "GraphPlan", "Route", "Split", "fallback_plan"]
 
 
 class Route(enum.Enum):
@@ -44,6 +44,26 @@ class Route(enum.Enum):
 
 
 @dataclasses.dataclass(frozen=True)
+class Split:
+    """Why one node runs eagerly between pieces (``_piecewise.split_points`` finds them).
+
+    Attributes:
+        node: The node's name.
+        op: The operator it calls.
+        reason: Why it cannot be captured.
+        why: The same, for people.
+    """
+
+    node: str
+    op: str
+    reason: FallbackReason
+    why: str
+
+    def describe(self) -> str:
+        return f"{self.node} ({self.op}: {self.why})"
+
+
+@dataclasses.dataclass(frozen=True)
 class GraphFacts:
     """What the pipeline knows of a graph before planning it.
 
@@ -52,15 +72,20 @@ class GraphFacts:
         device: The device it is captured on.
         kinds: The input class of each graph input.
         training: Whether the forward records autograd (its saved tensors are outputs too).
-        bypass: Whether AOT's runtime wrapper would add nothing, so the runner is what Dynamo
-            calls.
+        saving: Whether torch's AOT compile bundles the result to be saved and loaded in
+            another process.
+        whole_call: Whether AOT's runtime wrapper would add nothing around the graph (its
+            inputs are Dynamo's, nothing to unpack or mutate back).
+        streams: Whether the graph uses stream scopes or events.
     """
 
     name: str
     device: torch.device
     kinds: tuple[InputKind, ...]
     training: bool = False
-    bypass: bool = False
+    saving: bool = False
+    whole_call: bool = False
+    streams: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +105,10 @@ class GraphPlan:
         padding: How calls are padded to the capture sizes (``CAPTURE``), if they are.
         tensorified: Which inputs and outputs that made device scalars, once done.
         guarded: Per input, whether Dynamo's guards pin it down (only when ``bypass``).
-        bypass: Whether AOT's runtime wrapper is skipped.
+        bypass: Whether AOT's runtime wrapper is skipped: the built callable is what Dynamo
+            calls.
+        reinplace_intermediates: Whether functional ops are written into dead intermediates
+            (not in pieces, whose inputs made between pieces are copies, nor with streams).
     """
 
     name: str
@@ -94,6 +122,7 @@ class GraphPlan:
     tensorified: Tensorified | None = None
     guarded: tuple[bool, ...] | None = None
     bypass: bool = False
+    reinplace_intermediates: bool = False
 
     @property
     def tensorify(self) -> bool:

@@ -1,8 +1,12 @@
 """The planning step: a prepared AOT forward graph and the lowered options in, a plan out.
 
-:func:`plan_graph` reads the graph and :class:`~npu_compile._lowering.Settings` and returns a
-frozen :class:`~npu_compile._plan.GraphPlan`; it changes neither. What the plan asks of the graph
-(ints as device scalars, reinplacing) is applied by the pipeline afterwards.
+:func:`plan_graph` reads the graph, what the pipeline found about it
+(:class:`~npu_compile._plan.GraphFacts`) and :class:`~npu_compile._settings.Settings`, and returns
+a frozen :class:`~npu_compile._plan.GraphPlan`; it changes none of them. Every decision about
+the graph is made here and recorded in the plan: its route (captured whole, in pieces, eagerly,
+or a fallback and why), the padding, whether AOT's wrapper is bypassed, which passes apply. The
+pipeline applies what the plan asks of the graph (ints as device scalars, reinplacing)
+afterwards, and the build reads nothing else.
 """
 
 from __future__ import annotations
@@ -12,15 +16,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from npu_compile._capturable import host_sync_reason
-from npu_compile._fallback import FallbackReason
+from npu_compile._capturable import TRAINING_REASON, host_sync_reason
 from npu_compile._inputs import guarded_by_dynamo
 from npu_compile._padding import plan_padding
-from npu_compile._piecewise import Split, pieces_to_capture, split_points
-from npu_compile._plan import GraphFacts, GraphPlan, Route, fallback_plan
+from npu_compile._piecewise import pieces_to_capture, split_points
+from npu_compile._plan import GraphFacts, GraphPlan, Route, Split, fallback_plan
+from npu_compile.errors import FallbackReason
 
 if TYPE_CHECKING:
-    from npu_compile._lowering import Settings
+    from npu_compile._settings import Settings
 
 __all__ = ["plan_graph"]
 
@@ -38,6 +42,13 @@ def plan_graph(
             sizes.
     """
     name, device = facts.name, str(facts.device)
+    if facts.training and facts.saving:
+        return fallback_plan(facts, FallbackReason.TRAINING, TRAINING_REASON)
+    # A saved graph runs behind AOT's wrapper, which it brings along: never bypassed then.
+    bypass = facts.whole_call and not facts.saving
+    # As in TorchAir, no intermediate is reinplaced in a graph with streams: a write another
+    # stream may still read would race, and the graph does not say when that stream is done.
+    reinplace = settings.reinplace_intermediates and not facts.streams
     splits: tuple[Split, ...] = ()
     if settings.piecewise:
         splits = tuple(split_points(gm, facts.device, settings.splitting_ops))
@@ -46,19 +57,23 @@ def plan_graph(
         if host_sync is not None:
             return fallback_plan(facts, FallbackReason.HOST_SYNC, host_sync)
     if not settings.capture:
-        return GraphPlan(name, device, Route.EAGER, facts.kinds, splits=splits, bypass=facts.bypass)
+        return GraphPlan(
+            name,
+            device,
+            Route.EAGER,
+            facts.kinds,
+            splits=splits,
+            bypass=bypass,
+            reinplace_intermediates=reinplace and not splits,
+        )
     if splits:
         pieces = pieces_to_capture(gm, splits)
         if not pieces:
             return fallback_plan(facts, *_nothing_to_capture(splits))
+        # A piece gets the tensors made between pieces as copied inputs: an op reinplaced onto
+        # one would write the copy, not the tensor later pieces read.
         return GraphPlan(
-            name,
-            device,
-            Route.PIECES,
-            facts.kinds,
-            splits=splits,
-            pieces=pieces,
-            bypass=facts.bypass,
+            name, device, Route.PIECES, facts.kinds, splits=splits, pieces=pieces, bypass=bypass
         )
     # Not a training forward: its saved tensors would be cut to the batch as well.
     padding = (
@@ -68,7 +83,7 @@ def plan_graph(
     )
     # Inside AOT's wrapper (no bypass) the runner receives AOT's arguments, which Dynamo does
     # not guard, so nothing is marked guarded there.
-    guarded = tuple(guarded_by_dynamo(facts.kinds, example_inputs)) if facts.bypass else None
+    guarded = tuple(guarded_by_dynamo(facts.kinds, example_inputs)) if bypass else None
     return GraphPlan(
         name,
         device,
@@ -76,7 +91,8 @@ def plan_graph(
         facts.kinds,
         padding=padding,
         guarded=guarded,
-        bypass=facts.bypass,
+        bypass=bypass,
+        reinplace_intermediates=reinplace,
     )
 
 

@@ -14,6 +14,7 @@ import threading
 import warnings
 from types import TracebackType
 
+import npu_streams
 import torch
 from torch.fx.node import has_side_effect
 
@@ -161,7 +162,5 @@ def npu_wait_tensor(self: torch.Tensor, dependency: torch.Tensor) -> torch.Tenso
     Returns:
         ``self``.
     """
-    from npu_streams import wait
-
-    wait([dependency])
+    npu_streams.wait([dependency])
     return self

@@ -11,15 +11,29 @@ from __future__ import annotations
 import contextlib
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from npu_compile._counting import expect_moves
-from npu_compile._fallback import Fallback, FallbackReason
+from npu_compile.errors import FallbackReason
 
 if TYPE_CHECKING:
     from npu_mempool import GraphRunner
 
-__all__ = ["BackendStats", "loaded_stats"]
+__all__ = ["BackendStats", "Fallback", "loaded_stats"]
+
+
+class Fallback(NamedTuple):
+    """One entry of ``BackendStats.fallbacks``: a plain ``(graph, message)`` pair.
+
+    Its :class:`FallbackReason` is ``stats.fallback_reasons[entry.graph]``.
+
+    Attributes:
+        graph: The FX graph's name (as in the log lines, e.g. ``npu_compile_3``).
+        message: Why it runs eagerly and what to do about it, for people.
+    """
+
+    graph: str
+    message: str
 
 
 @dataclass

@@ -8,13 +8,11 @@ import os
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from npu_compile.configs.compiler_config import CompilerConfig
-
+from npu_compile._settings import Dump
 
 __all__ = ["write_fx_summary"]
 
@@ -31,15 +29,15 @@ def _describe(value: Any) -> str:
     return type(value).__name__ if value is not None else "None"
 
 
-def write_fx_summary(gm: torch.fx.GraphModule, config: CompilerConfig, name: str) -> Path | None:
-    """Write the summary of ``gm`` when ``debug.fx_summary.type`` is ``"csv"``.
+def write_fx_summary(gm: torch.fx.GraphModule, dump: Dump | None, name: str) -> Path | None:
+    """Write the summary of ``gm`` where ``dump`` (``debug.fx_summary``) says.
 
     Returns:
         The file written, or ``None`` when the option is off.
     """
-    target = config.debug.fx_summary.full_path(name)
-    if target is None:
+    if dump is None:
         return None
+    target = dump.path_for(name)
     counts: Counter[str] = Counter()
     first: dict[str, str] = {}
     for node in gm.graph.nodes:

@@ -16,13 +16,9 @@ import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-
-if TYPE_CHECKING:
-    from npu_compile.configs.compiler_config import CompilerConfig
-
 
 __all__ = ["NewGuardError", "no_new_guards", "options_in_cache_key"]
 
@@ -90,26 +86,25 @@ def no_new_guards(shape_env: Any) -> Iterator[None]:
 
 
 def _options_digest(
-    config: CompilerConfig, decompositions: Mapping[Any, Callable[..., Any]], capture: bool
+    options: str, decompositions: Mapping[Any, Callable[..., Any]], capture: bool
 ) -> str:
-    from npu_compile._version import __version__
-
     def name(value: object) -> str:
         # Functions by name: their repr holds an address, which differs in every process.
         qualname = getattr(value, "__qualname__", None)
         return f"{getattr(value, '__module__', '')}.{qualname}" if qualname else repr(value)
 
-    options = sorted((path, name(value)) for path, value in config.items())
     decomposed = sorted((str(op), name(fn)) for op, fn in decompositions.items())
-    text = repr((__version__, options, decomposed, capture))
+    text = repr((options, decomposed, capture))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @contextlib.contextmanager
 def options_in_cache_key(
-    config: CompilerConfig, decompositions: Mapping[Any, Callable[..., Any]], capture: bool
+    options: str, decompositions: Mapping[Any, Callable[..., Any]], capture: bool
 ) -> Iterator[None]:
     """Within the block, AOT autograd's cache keys also hold the backend's options.
+
+    ``options`` is the digest of the backend's options (``Settings.options_digest``).
 
     While torch's AOT compile bundles a result, AOT autograd looks the graph up in its on-disk
     cache by the graph, its inputs and torch's own options, not by the backend's: another process
@@ -125,6 +120,6 @@ def options_in_cache_key(
         return
     assert compiler_config is not None
     user_tag = compiler_config.cache_key_tag
-    ours = f"npu_compile={_options_digest(config, decompositions, capture)}"
+    ours = f"npu_compile={_options_digest(options, decompositions, capture)}"
     with compiler_config.patch(cache_key_tag=f"{user_tag};{ours}" if user_tag else ours):
         yield

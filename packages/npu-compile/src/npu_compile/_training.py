@@ -45,10 +45,11 @@ import torch
 from npu_mempool import InputKind
 
 from npu_compile._capturable import host_sync_reason
-from npu_compile._fallback import FallbackReason
+from npu_compile._fallback import fall_back, forward_of
+from npu_compile.errors import FallbackReason
 
 if TYPE_CHECKING:
-    from npu_compile._lowering import Settings
+    from npu_compile._settings import Settings
     from npu_compile._stats import BackendStats
 
 __all__ = ["BackwardCompiler", "release_holds"]
@@ -165,9 +166,6 @@ class BackwardCompiler:
         return self._released(self._compile(gm, example_inputs))
 
     def _compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
-
-        from npu_compile._eager import forward_of
-
         device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), None)
         prepared = npu_streams.prepare_for_capture(gm, device)
         reason = host_sync_reason(prepared)
@@ -201,8 +199,6 @@ class BackwardCompiler:
     def _fallback(
         self, gm: torch.fx.GraphModule, reason: FallbackReason, message: str
     ) -> CompiledFn:
-        from npu_compile._eager import fall_back
-
         return fall_back(gm, self.name, (reason, message), self._settings.strict, self._stats)
 
 

@@ -10,6 +10,9 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
+import npu_mempool
+import npu_static_kernel
+
 from npu_compile.errors import ConfigError
 
 T = TypeVar("T")
@@ -66,8 +69,6 @@ def static_kernel_dir(field: str) -> Validator[str | None]:
     def validate(path: str, value: object) -> str | None:
         if value is None:
             return None
-        import npu_static_kernel
-
         try:
             npu_static_kernel.StaticKernelOptions(**{field: value})  # type: ignore[arg-type]
         except npu_static_kernel.ConfigError as error:
@@ -81,8 +82,6 @@ def static_kernel_dir(field: str) -> Validator[str | None]:
 
 def mempool_error_mode(path: str, value: object) -> str:
     """One of the capture error modes npu-mempool's ``CaptureOptions`` accepts (its rule)."""
-    import npu_mempool
-
     try:
         npu_mempool.CaptureOptions(capture_error_mode=value)  # type: ignore[arg-type]
     except npu_mempool.ConfigError as error:
@@ -98,9 +97,7 @@ def pool_handle(path: str, value: object) -> object:
     return (two ints); the backend turns it into a pool on the device the graph runs on, the same
     pool for every graph that names the same tuple.
     """
-    from npu_mempool import PoolHandle
-
-    if value is None or isinstance(value, PoolHandle):
+    if value is None or isinstance(value, npu_mempool.PoolHandle):
         return value
     if (
         isinstance(value, tuple)

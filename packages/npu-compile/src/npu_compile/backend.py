@@ -3,9 +3,10 @@
 ``torch.compile(model, backend=get_npu_backend(compiler_config=config))``, or, with no import,
 ``torch.compile(model, backend="npu_compile")`` (a ``torch_dynamo_backends`` entry point).
 
-The backend lowers its config once (``_lowering``); what it does per FX graph is in
-``_pipeline`` (transform, plan in ``_plan``, build in ``_build``); this module holds the backend
-object.
+The backend lowers its config once (``_lowering``, into ``_settings.Settings``; once more per
+``torch.compile(options=...)`` call); what it does per FX graph is in ``_pipeline`` (transform,
+plan in ``_planner``, build in ``_build``); this module holds the backend object, the only one
+below the package's surface that holds a :class:`CompilerConfig`.
 
 Steps. Each top-level call of a compiled function begins a new step for its thread (unless a
 backward is pending, see ``_training``): runners may then overwrite what they handed out in
@@ -32,6 +33,7 @@ import torch
 from npu_compile import _config_checks, _logs, _passes
 from npu_compile._lowering import lower
 from npu_compile._pipeline import compile_graph
+from npu_compile._settings import Settings
 from npu_compile._stats import BackendStats, loaded_stats
 from npu_compile._training import release_holds
 from npu_compile.configs.compiler_config import CompilerConfig
@@ -92,6 +94,8 @@ class NpuBackend:
         # Lowered once: every graph of this backend reads the same frozen settings.
         self._settings = lower(self.config, capture=capture)
         self._warned: set[str] = set()
+        # torch.compile(options=...): the dict, a copy of its contents, its lowered settings.
+        self._options: tuple[dict[str, object], dict[str, object], Settings] | None = None
         _config_checks.warn_no_effect(self.config, self._warned)
         _logs.register()
         _live_backends[id(self)] = self
@@ -158,11 +162,25 @@ class NpuBackend:
                 "use mode='reduce-overhead' or leave mode out"
             )
         if options is not None:
-            config = self.config.with_options(options)
-            _config_checks.warn_no_effect(config, self._warned)
-            settings = lower(config, capture=self.capture)
+            settings = self._lowered_options(options)
         self.stats.fx_graphs += 1
         return compile_graph(gm, list(example_inputs), settings, self.stats, self.decompositions)
+
+    def _lowered_options(self, options: dict[str, object]) -> Settings:
+        """The settings for ``torch.compile(options=...)``: lowered once per call of it.
+
+        ``torch.compile`` hands the backend the same dict for every FX graph of one compiled
+        function; it is lowered the first time and its settings kept while that dict is the
+        one passed, with the same contents.
+        """
+        cached = self._options
+        if cached is not None and cached[0] is options and cached[1] == options:
+            return cached[2]
+        config = self.config.with_options(options)
+        _config_checks.warn_no_effect(config, self._warned)
+        settings = lower(config, capture=self.capture)
+        self._options = (options, dict(options), settings)
+        return settings
 
 
 def get_npu_backend(

@@ -2,17 +2,17 @@
 
 Every error derives from :class:`NpuCompileError`; each concrete class also
 derives from the builtin that matches its cause, so ``except ValueError`` keeps working for callers
-who do not know this package. Each class has a stable ``code`` for programmatic matching.
+who do not know this package. Each class has a stable ``code`` for programmatic matching, and
+:class:`FallbackReason` is the code of each reason a graph runs eagerly instead of captured.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
-
-if TYPE_CHECKING:
-    from npu_compile._fallback import FallbackReason
+import enum
+from typing import ClassVar
 
 __all__ = [
+    "FallbackReason",
     "NpuCompileError",
     "ConfigError",
     "UnknownOptionError",
@@ -23,6 +23,41 @@ __all__ = [
     "UnsupportedApiError",
     "NoEffectWarning",
 ]
+
+
+class FallbackReason(enum.StrEnum):
+    """Why an FX graph fell back to eager (values of ``BackendStats.fallback_reasons``).
+
+    Members are strings, so ``reason == "host_sync"`` keeps working. The logged warning and the
+    strict-mode :class:`~npu_compile.BackendError` name the value too.
+
+    Attributes:
+        MIXED_DEVICES: The graph's inputs live on several device types; a device graph runs on
+            one device.
+        TRAINING: Autograd records the graph (an output requires grad) and it cannot be
+            captured: torch's AOT compile is saving it (a saved artifact holds no backward
+            graph). Other training graphs are captured, forward and backward.
+        HOST_SYNC: An operator reads a tensor value on the host (``.item()``, ``nonzero``),
+            which a device graph cannot record.
+        AOT_TRACE_FAILED: AOT autograd could not trace the graph.
+        EXTERNAL_STATE: An operator reads per-step state from outside the graph's inputs
+            (vLLM's attention metadata on a device), or is tagged
+            ``torch.Tag.cudagraph_unsafe``, which a replay would reuse stale.
+        SPLITTING_OPS: Every operator worth capturing is named in
+            ``aclgraph_config.splitting_ops``, so no piece is left to capture.
+        STATIC_KERNEL_FAILED: Static kernels are on but could not be built, found or loaded for
+            a shape of the graph (a compiler error, a link refused in the build directory, a
+            full disk). The graph is still captured and replayed, without them; the message
+            gives the cause (the compiler's first error line). Recorded once per graph.
+    """
+
+    MIXED_DEVICES = "mixed_devices"
+    TRAINING = "training"
+    HOST_SYNC = "host_sync"
+    AOT_TRACE_FAILED = "aot_trace_failed"
+    EXTERNAL_STATE = "external_state"
+    SPLITTING_OPS = "splitting_ops"
+    STATIC_KERNEL_FAILED = "static_kernel_failed"
 
 
 class NpuCompileError(Exception):

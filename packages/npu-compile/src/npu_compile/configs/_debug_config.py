@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from npu_compile._options import _Group, _Node, _Option
+from npu_compile._settings import Dump
 from npu_compile._validators import (
     boolean,
     callable_or_none,
@@ -99,15 +100,10 @@ class _DumpBase(_Node):
 
     def full_path(self, name: str) -> str | None:
         """Where a dump named ``name`` goes (TorchAir's naming), or ``None`` when off."""
-        import os
-        from datetime import UTC, datetime
-
         kind = self.__dict__["type"]
         if kind is None:
             return None
-        folder = self.__dict__.get("path") or "."
-        stamp = datetime.now(tz=UTC).strftime("%Y%m%d%H%M%S%f")
-        return os.path.join(folder, f"{name}_rank_0_pid_{os.getpid()}_ts_{stamp}.{kind}")
+        return Dump(str(kind), self.__dict__.get("path") or ".").path_for(name)
 
     @property
     def enabled(self) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import npu_mempool
+
 __all__ = ["NpuCompileWorkerExtension", "worker_stats"]
 
 
@@ -18,8 +20,6 @@ def worker_stats() -> dict[str, Any]:
         ``nodes_checked``: how many nodes of a multi-node server were found to agree on
         npu-compile's setup when the worker started (0 on one node).
     """
-    import npu_mempool
-
     from npu_compile.backend import process_stats
     from npu_compile.vllm._nodes import nodes_checked
 
