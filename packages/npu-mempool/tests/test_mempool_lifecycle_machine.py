@@ -14,13 +14,13 @@ limit that runs out; resets. After every step:
 The CPU pool poisons what a device capture could use for its intermediates (see [Note: emulated
 intermediates] in ``npu_mempool._pool``), so memory handed out again shows here as on a device.
 Failing examples found so far are kept in ``hypothesis-examples/`` beside this file and replayed
-first on every run; ``NPU_RECORD_EXAMPLES=1`` adds the ones a run finds.
+first on every run; ``NPU_RECORD_EXAMPLES=1`` adds the ones a run finds. Hypothesis keys them by the
+machine's source: a changed machine starts with none, so record again against the code before
+the fix it guards.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,6 @@ from typing import Any
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.database import DirectoryBasedExampleDatabase, ReadOnlyDatabase
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -37,24 +36,19 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from lifecycle import Held, examples, failing_cpu_backend
 from npu_mempool import (
     CaptureLimitWarning,
     CaptureOptions,
     GraphRunner,
     StaleOutputError,
-    _devices,
     graph_pool_handle,
     mark_step_begin,
     top_level_call,
 )
-from npu_mempool._devices import emulated
 from npu_mempool._pool import PoolHandle, state_of
 
-# Read only, so that a run on fixed code keeps the examples that failed on the code before (a
-# writable database drops an example that no longer fails). NPU_RECORD_EXAMPLES=1 lets a run
-# add the failures it finds.
-_STORED = DirectoryBasedExampleDatabase(Path(__file__).parent / "hypothesis-examples")
-EXAMPLES = _STORED if os.environ.get("NPU_RECORD_EXAMPLES") else ReadOnlyDatabase(_STORED)
+EXAMPLES = examples(Path(__file__).parent / "hypothesis-examples")
 WIDTH = 64  # with 8 to 32 rows: static buffers of several alignment blocks, so graphs overlap
 
 
@@ -66,45 +60,11 @@ def _shift(x: torch.Tensor) -> torch.Tensor:
     return x - 3
 
 
-class InjectedCaptureError(RuntimeError):
-    """What a capture body raises where a device cannot capture it (a host sync, say)."""
-
-
-class _FailingBackend(emulated.EmulatedBackend):
-    """The CPU emulation, whose next capture fails when asked: its body raises at the end."""
-
-    def __init__(self) -> None:
-        self.fail_next = False
-
-    def capture(self, pool: PoolHandle, body: Any, error_mode: str = "thread_local") -> Any:
-        if not self.fail_next:
-            return super().capture(pool, body, error_mode)
-        self.fail_next = False
-
-        def failing(static_like: Any) -> Any:
-            body(static_like)  # its static inputs are allocated, the callable has run
-            raise InjectedCaptureError("the capture failed (injected)")
-
-        return super().capture(pool, failing, error_mode)
-
-
-@dataclasses.dataclass
-class Held:
-    """An output the test keeps, with what eager computed for its call."""
-
-    tensor: torch.Tensor
-    expected: torch.Tensor
-    marks: int  # explicit step boundaries before its hand-out
-    call: int  # its call's number
-    per_call: bool  # its runner ends a step at every top-level call
-    whole: bool  # the output itself, not a view of it
-
-
 class RunnerLifecycle(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.backend = _FailingBackend()
-        _devices.register(_devices.DeviceType("cpu", lambda: self.backend), replace=True)
+        self._backend = failing_cpu_backend()
+        self.backend = self._backend.__enter__()
         self.runners: list[GraphRunner] = []
         self.held: list[Held] = []
         self.marks = 0
@@ -113,7 +73,7 @@ class RunnerLifecycle(RuleBasedStateMachine):
         self.limit = 64
 
     def teardown(self) -> None:
-        _devices.register(emulated.DEVICE, replace=True)
+        self._backend.__exit__(None, None, None)
 
     @initialize(
         keep=st.booleans(),
@@ -200,16 +160,7 @@ class RunnerLifecycle(RuleBasedStateMachine):
     @invariant()
     def held_outputs_read_eager_values_or_are_stale(self) -> None:
         for held in self.held:
-            try:
-                actual = held.tensor.clone()
-            except StaleOutputError:
-                boundary = self.marks > held.marks or (held.per_call and self.calls > held.call)
-                assert boundary, "an output was taken back within its step"
-                continue
-            assert torch.equal(actual, held.expected), (
-                f"a held output changed: {actual.flatten()[:4].tolist()} instead of "
-                f"{held.expected.flatten()[:4].tolist()}"
-            )
+            held.check(self.marks, self.calls)
 
     @invariant()
     def pools_hold_only_what_kept_graphs_need(self) -> None:
