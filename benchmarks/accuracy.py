@@ -1,0 +1,379 @@
+"""The accuracy sweeps: PyTorch's Hugging Face list and a vision list, against eager, two ways.
+
+    python benchmarks/accuracy.py --out DIR [--models NAME,...] [--suites hf,vision]
+                                  [--docs docs/accuracy.md] [--table-only]
+
+Each model of ``_accuracy_models`` runs in a process of its own (a crash costs only that model),
+in inference and in training, with npu_compile (default options, the differential check of its
+passes on) and with torch's ``aot_eager`` (see ``_accuracy``). ``DIR/accuracy.json`` gets every
+outcome; ``--docs`` writes the Markdown table users read (``nox -s accuracy`` writes
+``docs/accuracy.md``). The command exits 0 once the sweep ran, whatever the outcomes: the table
+says them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+#: The longest one model may take, all four runs together, before it counts as an error.
+PER_MODEL_SECONDS = 900
+
+
+def _one(name: str, json_out: Path) -> None:
+    """Run one model every way; write its outcomes as JSON."""
+    import torch
+    from _accuracy import BACKENDS, MODES, run
+    from _accuracy_models import HF, VISION
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    case = next(case for case in HF + VISION if case.name == name)
+    results: dict[str, Any] = {"name": name, "suite": case.suite, "code": _commit()}
+    for mode in MODES:
+        for backend in BACKENDS:
+            started = time.perf_counter()
+            outcome = run(case, mode, backend)
+            results[f"{mode}/{backend}"] = {
+                **dataclasses.asdict(outcome),
+                "seconds": round(time.perf_counter() - started, 1),
+            }
+    json_out.write_text(json.dumps(results, indent=1))
+
+
+def _sweep(names: list[str], out: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for index, name in enumerate(names, start=1):
+            target = Path(scratch) / f"{index}.json"
+            started = time.perf_counter()
+            try:
+                done = subprocess.run(
+                    [sys.executable, __file__, "--one", name, "--json", str(target)],
+                    capture_output=True,
+                    text=True,
+                    timeout=PER_MODEL_SECONDS,
+                    check=False,
+                )
+                failure = None if done.returncode == 0 else _last_line(done.stderr)
+            except subprocess.TimeoutExpired:
+                failure = f"took more than {PER_MODEL_SECONDS} s"
+            if failure is None and target.exists():
+                row = json.loads(target.read_text())
+            else:
+                row = {
+                    "name": name,
+                    "suite": _suite(name),
+                    "code": _commit(),
+                    "crashed": failure or "no result",
+                }
+            rows.append(row)
+            seconds = time.perf_counter() - started
+            print(f"[{index}/{len(names)}] {name}: {_summary(row)} ({seconds:.0f} s)", flush=True)
+            _write(out / "accuracy.json", {"models": rows})
+    return rows
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "the process failed"
+
+
+def _suite(name: str) -> str:
+    from _accuracy_models import HF
+
+    return "hf" if any(case.name == name for case in HF) else "vision"
+
+
+def _summary(row: dict[str, Any]) -> str:
+    if "crashed" in row:
+        return f"crashed ({row['crashed']})"
+    return ", ".join(f"{key} {row[key]['result']}" for key in sorted(row) if "/" in key)
+
+
+def _write(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _cell(row: dict[str, Any], key: str) -> str:
+    if "crashed" in row:
+        return "error: the process died"
+    outcome = row[key]
+    result = outcome["result"]
+    if result == "pass":
+        worst = outcome["worst"]
+        return "pass (exact)" if not worst else f"pass ({worst:.0e})"
+    if result == "wrong":
+        worst = outcome["worst"]
+        far = "" if worst is None else f" {worst:.1e}"
+        mode = key.split("/")[0]
+        same = (
+            " (as aot_eager)"
+            if key.endswith("npu_compile") and _shared_with_torch(row, mode)
+            else ""
+        )
+        return f"**wrong**{far} ({outcome['where'] or outcome['detail']}){same}"
+    return f"{result}: {outcome['detail']}".replace("|", "/")
+
+
+def _graphs(row: dict[str, Any]) -> str:
+    """What npu_compile made of the model's FX graphs, inference then training."""
+    if "crashed" in row:
+        return "-"
+    parts = []
+    for mode in ("inference", "training"):
+        graphs = row[f"{mode}/npu_compile"].get("graphs") or {}
+        if not graphs:
+            parts.append(f"{mode}: none compiled")
+            continue
+        words = [f"{graphs['captured']} of {graphs['fx_graphs']} captured"]
+        if graphs.get("pieces"):
+            words.append(f"{graphs['pieces']} in pieces")
+        if graphs.get("fallbacks") or graphs.get("eager"):
+            words.append(f"{graphs.get('fallbacks', 0) + graphs.get('eager', 0)} eager")
+        whole = row[f"{mode}/npu_compile"].get("whole")
+        parts.append(f"{mode}: {', '.join(words)}" + (" (whole)" if whole else ""))
+    return "; ".join(parts)
+
+
+def _markdown(rows: list[dict[str, Any]]) -> str:
+    from _accuracy import TOLERANCE
+
+    def count(suite: str, key: str, result: str) -> int:
+        return sum(
+            1
+            for r in rows
+            if r["suite"] == suite and "crashed" not in r and r[key]["result"] == result
+        )
+
+    lines = [
+        "# Accuracy against eager",
+        "",
+        "Generated by `nox -s accuracy` (`benchmarks/accuracy.py`); do not edit by hand. "
+        "Packages measured (the last commit that changed `packages/`): "
+        + ", ".join(f"`{code}`" for code in sorted({r.get("code", "unknown") for r in rows}))
+        + ".",
+        "",
+        "Every model is built from a small config (width 64, 2 layers, no dropout; never "
+        "downloaded) and run two ways against eager: **inference** (`eval()`, `no_grad`, three "
+        "calls and a call at another length or image size, every output compared) and "
+        "**training** (`train()`, two steps of forward and backward, the loss, every gradient "
+        "and every buffer compared). *ours* is `npu_compile` with its default options and the "
+        "differential check of its passes on (`debug.aclgraph.check_passes`); `aot_eager` is "
+        "torch's own backend without capture, which tells torch's limits from ours.",
+        "",
+        f"Tolerances: inference {TOLERANCE['inference']:g} and training "
+        f"{TOLERANCE['training']:g} of each tensor's largest value. Outcomes: *pass*; **wrong** "
+        "(how far off, relative, and where); *fallback* or *pieces* (the graph ran eagerly, or "
+        "captured around what cannot be, with the reasons); *error* (its first line). A pass "
+        "gives the largest difference seen. *FX graphs, ours*: how many graphs Dynamo handed "
+        "npu_compile, how many it captured, and whether each was captured whole.",
+        "",
+        "## Summary",
+        "",
+        "| suite | models | inference, ours | inference, aot_eager | captured whole (inference) "
+        "| training, ours | training, aot_eager |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for suite in ("hf", "vision"):
+        members = [r for r in rows if r["suite"] == suite]
+        if not members:
+            continue
+        whole = sum(
+            1
+            for r in members
+            if "crashed" not in r
+            and r["inference/npu_compile"].get("whole") is True
+            and r["inference/npu_compile"]["result"] == "pass"
+        )
+        lines.append(
+            f"| {suite} | {len(members)} "
+            f"| {count(suite, 'inference/npu_compile', 'pass')} pass "
+            f"| {count(suite, 'inference/aot_eager', 'pass')} pass "
+            f"| {whole} ({100 * whole / len(members):.0f}%) "
+            f"| {count(suite, 'training/npu_compile', 'pass')} pass "
+            f"| {count(suite, 'training/aot_eager', 'pass')} pass |"
+        )
+    lines += ["", "## Goals", ""]
+    for goal, met in _goals(rows):
+        lines.append(f"- {'met' if met else '**not met**'}: {goal}")
+    for suite, title in (("hf", "PyTorch's Hugging Face list"), ("vision", "Vision models")):
+        members = [r for r in rows if r["suite"] == suite]
+        if not members:
+            continue
+        lines += [
+            "",
+            f"## {title}",
+            "",
+            "| model | inference, ours | inference, aot_eager | training, ours "
+            "| training, aot_eager | FX graphs, ours |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in members:
+            cells = [
+                _cell(r, key)
+                for key in (
+                    "inference/npu_compile",
+                    "inference/aot_eager",
+                    "training/npu_compile",
+                    "training/aot_eager",
+                )
+            ]
+            cells.append(_graphs(r))
+            lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _shared_with_torch(row: dict[str, Any], mode: str) -> bool:
+    """Whether ours is wrong exactly where and as far as torch's aot_eager is."""
+    ours, theirs = row[f"{mode}/npu_compile"], row[f"{mode}/aot_eager"]
+    return (
+        ours["result"] == theirs["result"] == "wrong"
+        and ours["where"] == theirs["where"]
+        and ours["worst"] is not None
+        and theirs["worst"] is not None
+        and abs(ours["worst"] - theirs["worst"]) <= 0.01 * theirs["worst"]
+    )
+
+
+def _goals(rows: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+    ran = [r for r in rows if "crashed" not in r]
+    modes = ("inference", "training")
+    ours_right = all(
+        r[f"{mode}/aot_eager"]["result"] != "pass" or r[f"{mode}/npu_compile"]["result"] == "pass"
+        for r in ran
+        for mode in modes
+    )
+    ours_alone = [
+        f"{r['name']} ({mode})"
+        for r in ran
+        for mode in modes
+        if r[f"{mode}/npu_compile"]["result"] == "wrong" and not _shared_with_torch(r, mode)
+    ]
+    shared = [f"{r['name']} ({mode})" for r in ran for mode in modes if _shared_with_torch(r, mode)]
+    hf = [r for r in rows if r["suite"] == "hf"]
+    whole = sum(
+        1
+        for r in hf
+        if "crashed" not in r
+        and r["inference/npu_compile"]["result"] == "pass"
+        and r["inference/npu_compile"].get("whole") is True
+    )
+    silent = "no wrong number without an error" + (
+        f" ({', '.join(ours_alone)})" if ours_alone else ""
+    )
+    if shared:
+        silent += (
+            "; wrong numbers torch's aot_eager gives too, the same, come from torch's own "
+            f"decompositions, not from this backend: {', '.join(shared)}"
+        )
+    return [
+        ("every model aot_eager gets right, ours gets right (both modes)", ours_right),
+        (silent, not ours_alone),
+        (
+            f"at least 95% of the HF list captured whole in inference ({whole} of {len(hf)})",
+            bool(hf) and whole >= 0.95 * len(hf),
+        ),
+        ("every model ran to an outcome (no process died)", len(ran) == len(rows)),
+    ]
+
+
+def _commit() -> str:
+    """The packages measured: the last commit that changed ``packages/``, and whether they differ.
+
+    The harness and the table change more often than the code they measure; naming the last
+    commit of ``packages/`` keeps rows measured before and after a harness change comparable.
+    """
+    where = ["git", "-C", str(HERE.parent)]
+    try:
+        head = subprocess.run(
+            [*where, "log", "-1", "--format=%h", "--abbrev=12", "--", "packages"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [*where, "status", "--porcelain", "--untracked-files=no", "--", "packages"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git)"
+    return f"{head} with uncommitted changes" if dirty else head
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="folder for accuracy.json")
+    parser.add_argument("--models", help="comma-separated model names (default: every model)")
+    parser.add_argument("--suites", default="hf,vision", help="hf, vision or both")
+    parser.add_argument("--docs", type=Path, help="write the Markdown table here")
+    parser.add_argument(
+        "--table-only",
+        action="store_true",
+        help="run nothing: write --docs from the results already in DIR/accuracy.json",
+    )
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        _one(args.one, args.json)
+        return 0
+    if args.out is None:
+        parser.error("--out DIR is required: where accuracy.json goes")
+    from _accuracy_models import HF, VISION
+
+    suites = set(args.suites.split(","))
+    cases = [case for case in HF + VISION if case.suite in suites]
+    names = [case.name for case in cases]
+    if args.models:
+        wanted = args.models.split(",")
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            parser.error(f"unknown model(s) {unknown}; known: {', '.join(names)}")
+        names = [name for name in names if name in wanted]
+    results = args.out / "accuracy.json"
+    if args.table_only:
+        if args.docs is None or not results.exists():
+            parser.error(f"--table-only needs --docs and the results of a sweep in {results}")
+        rows = json.loads(results.read_text())["models"]
+        _write_docs(args.docs, rows)
+        return 0
+    previous = json.loads(results.read_text())["models"] if args.models and results.exists() else []
+    rows = _sweep(names, args.out)
+    if previous:
+        # Some models again: the others keep their last results (the table covers them all).
+        fresh = {row["name"]: row for row in rows}
+        kept = {row["name"]: row for row in previous}
+        kept.update(fresh)
+        rows = [kept[case.name] for case in cases if case.name in kept]
+        _write(results, {"models": rows})
+    if args.docs is not None:
+        _write_docs(args.docs, rows)
+    return 0
+
+
+def _write_docs(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(_markdown(rows), encoding="utf-8")
+    os.replace(tmp, path)
+    print(f"table written to {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
