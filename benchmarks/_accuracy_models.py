@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import transformers as tf
 
-__all__ = ["HF", "VISION", "Case", "build", "shrink"]
+__all__ = ["HF", "VISION", "Case", "build", "select", "shrink"]
 
 VOCAB = 256
 WIDTH = 64
@@ -632,3 +632,22 @@ def build(case: Case, seed: int = 0) -> torch.nn.Module:
     """``case``'s model with the weights of ``seed``."""
     torch.manual_seed(seed)
     return case.make()
+
+
+def select(names: list[str], models: str | None) -> list[str]:
+    """The models a ``--models`` option names (comma-separated), in the lists' order.
+
+    Args:
+        names: The models to choose from.
+        models: The option's value; ``None`` or empty chooses every one.
+
+    Raises:
+        ValueError: A name is not among ``names``.
+    """
+    if not models:
+        return names
+    wanted = models.split(",")
+    unknown = sorted(set(wanted) - set(names))
+    if unknown:
+        raise ValueError(f"unknown model(s) {unknown}; known: {', '.join(names)}")
+    return [name for name in names if name in wanted]

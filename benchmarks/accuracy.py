@@ -335,17 +335,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out DIR is required: where accuracy.json goes")
-    from _accuracy_models import HF, VISION
+    from _accuracy_models import HF, VISION, select
 
     suites = set(args.suites.split(","))
     cases = [case for case in HF + VISION if case.suite in suites]
-    names = [case.name for case in cases]
-    if args.models:
-        wanted = args.models.split(",")
-        unknown = sorted(set(wanted) - set(names))
-        if unknown:
-            parser.error(f"unknown model(s) {unknown}; known: {', '.join(names)}")
-        names = [name for name in names if name in wanted]
+    try:
+        names = select([case.name for case in cases], args.models)
+    except ValueError as error:
+        parser.error(str(error))
     results = args.out / "accuracy.json"
     if args.table_only:
         if args.docs is None or not results.exists():

@@ -95,15 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out DIR is required: where first_call.json goes")
-    from _accuracy_models import HF
+    from _accuracy_models import HF, select
 
-    names = [case.name for case in HF]
-    if args.models:
-        wanted = args.models.split(",")
-        unknown = sorted(set(wanted) - set(names))
-        if unknown:
-            parser.error(f"unknown model(s) {unknown}")
-        names = [name for name in names if name in wanted]
+    try:
+        names = select([case.name for case in HF], args.models)
+    except ValueError as error:
+        parser.error(str(error))
     rows: list[dict[str, Any]] = []
     for index, name in enumerate(names):
         order = BACKENDS if index % 2 == 0 else BACKENDS[::-1]
