@@ -25,7 +25,7 @@ from typing import Any
 
 import npu_compile
 import torch
-from _accuracy_models import Case
+from _accuracy_models import Case, build
 
 __all__ = ["BACKENDS", "MODES", "TOLERANCE", "Outcome", "run"]
 
@@ -162,8 +162,6 @@ def _training(case: Case, compiled: Callable[..., Any], model: Any, check: _Comp
 
 def run(case: Case, mode: str, backend_name: str, seed: int = 0) -> Outcome:
     """Run ``case`` one way (``mode``, ``backend_name``) against eager."""
-    from _accuracy_models import build
-
     torch._dynamo.reset()
     outcome = Outcome()
     check = _Comparison(TOLERANCE[mode])
