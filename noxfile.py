@@ -423,7 +423,9 @@ def accuracy(session: nox.Session) -> None:
 
     Every model in inference and training, with npu_compile and aot_eager, one process per
     model (about 45 minutes on two cores). `nox -s accuracy -- --models BertForMaskedLM` runs
-    some; then the table is written to build/accuracy/ only, not over docs/accuracy.md.
+    some, `-- --modes autocast_bf16,autocast_fp16` inference under autocast; then the table is
+    written to build/accuracy/ only, not over docs/accuracy.md. Results not run again are kept
+    from build/accuracy/accuracy.json.
     """
     session.install(*CONSTRAINTS, *TEST_TOOLS, *_editables(*PACKAGES))
     out = ROOT / "build" / "accuracy"
@@ -431,6 +433,36 @@ def accuracy(session: nox.Session) -> None:
     session.run(
         "python",
         "benchmarks/accuracy.py",
+        f"--out={out}",
+        f"--docs={docs}",
+        *session.posargs,
+    )
+
+
+# What the patterns sweep adds to TEST_TOOLS: a tensor subclass (torchao's int8 weights), adapters
+# (peft's LoRA) and a denoising loop (diffusers' UNet). Only `nox -s patterns` installs them; CI's
+# sessions never do, and its subset of the sweep skips the patterns that need them. torchao 0.18's
+# wheel loads against the CPU torch of constraints/torch-cpu.txt: its CUDA kernels do not (it says
+# so at import), and int8 weight-only needs none of them.
+PATTERN_TOOLS = ("torchao>=0.18,<0.19", "peft>=0.21,<0.22", "diffusers>=0.42,<0.43")
+
+
+@nox.session(python=PYTHONS[0], default=False)
+def patterns(session: nox.Session) -> None:
+    """The patterns sweep: how training and serving code uses torch.compile (docs/patterns.md).
+
+    DDP and FSDP2 on two processes, a compiled train step, compiled autograd, channels_last
+    nets, torchao's int8 weights, LoRA adapters and a UNet denoising loop, each in a process of
+    its own, with npu_compile and aot_eager against eager.
+    `nox -s patterns -- --patterns ddp_mlp,train_step` runs some; then the table is written to
+    build/patterns/ only, not over docs/patterns.md.
+    """
+    session.install(*CONSTRAINTS, *TEST_TOOLS, *PATTERN_TOOLS, *_editables(*PACKAGES))
+    out = ROOT / "build" / "patterns"
+    docs = out / "patterns.md" if session.posargs else ROOT / "docs" / "patterns.md"
+    session.run(
+        "python",
+        "benchmarks/patterns.py",
         f"--out={out}",
         f"--docs={docs}",
         *session.posargs,

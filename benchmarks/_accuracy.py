@@ -5,13 +5,16 @@
 * inference: ``eval()``, ``torch.no_grad()``, three calls at one length and one at another,
   every output tensor compared;
 * training: ``train()``, two steps of forward and backward, the loss, every parameter's
-  gradient and every buffer (batch norm's running statistics) compared after each step.
+  gradient and every buffer (batch norm's running statistics) compared after each step;
+* autocast (``autocast_bf16``, ``autocast_fp16``): inference as above under
+  ``torch.autocast(device_type, dtype)``, compared with eager under the same autocast.
 
 The backends: ``npu_compile`` (default options, with ``debug.aclgraph.check_passes`` on, so a pass
 that changes a value raises naming itself) and torch's ``aot_eager``, which tells torch's own
 limits from ours. The outcome is one of ``pass``, ``wrong`` (with how far off and where),
 ``fallback`` or ``pieces`` (with the reasons the backend recorded) and ``error`` (its first
-line); for npu_compile it also says whether every graph was captured whole.
+line); for npu_compile it also says whether every graph was captured whole. Every output must
+have eager's dtype as well as its values.
 """
 
 from __future__ import annotations
@@ -21,17 +24,45 @@ import dataclasses
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import npu_compile
 import torch
-from _accuracy_models import Case, build
 
-__all__ = ["BACKENDS", "MODES", "TOLERANCE", "Outcome", "run"]
+if TYPE_CHECKING:
+    # Imported where a model is built (run): the lists import transformers' model modules,
+    # seconds that a process comparing other code (the patterns sweep's ranks) does not need.
+    from _accuracy_models import Case
 
-#: The largest difference allowed, relative to the largest value of the reference tensor.
-TOLERANCE = {"inference": 1e-4, "training": 1e-3}
+__all__ = [
+    "ALL_MODES",
+    "AUTOCAST",
+    "BACKENDS",
+    "MODES",
+    "TOLERANCE",
+    "Outcome",
+    "first_line",
+    "run",
+    "settle",
+]
+
+#: The autocast modes and the dtype each runs in.
+AUTOCAST = {"autocast_bf16": torch.bfloat16, "autocast_fp16": torch.float16}
+#: The largest difference allowed, relative to the largest value of the reference tensor. Under
+#: autocast, eager and a compiled graph run the same ops in the same low-precision dtype; they may
+#: still round apart where the graph's ops are decomposed or grouped otherwise (torch's aot_eager
+#: does). A bfloat16 value holds 8 significant bits (a step of 2**-8 = 3.9e-3 near 1), a float16
+#: value 11 (4.9e-4): the tolerances allow a few such steps, relative to the tensor's largest
+#: value, and no more, since a region autocast leaves in float32 must stay float32.
+TOLERANCE = {
+    "inference": 1e-4,
+    "training": 1e-3,
+    "autocast_bf16": 1.6e-2,
+    "autocast_fp16": 2e-3,
+}
 MODES = ("inference", "training")
+#: Every mode the sweep knows: ``MODES`` and the autocast modes, run on request.
+ALL_MODES = (*MODES, *AUTOCAST)
 BACKENDS = ("npu_compile", "aot_eager")
 
 
@@ -75,8 +106,9 @@ def _leaves(value: Any, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 class _Comparison:
-    def __init__(self, tolerance: float) -> None:
+    def __init__(self, tolerance: float, mode: str = "") -> None:
         self.tolerance = tolerance
+        self.mode = mode
         self.worst = 0.0
         self.where = ""
         self.compared = 0
@@ -90,6 +122,11 @@ class _Comparison:
             value = actual[key]
             if ref.shape != value.shape:
                 raise _Wrong(f"{key}: shape {tuple(value.shape)} instead of {tuple(ref.shape)}")
+            if ref.dtype != value.dtype:
+                # A region autocast must leave in float32 (rotary embeddings, softmax) that comes
+                # back in bfloat16 is wrong even where the values happen to round alike.
+                self.worst, self.where = float("inf"), key
+                raise _Wrong(f"{key}: dtype {value.dtype} instead of {ref.dtype}")
             if not ref.is_floating_point():
                 if not torch.equal(ref, value):
                     self.worst, self.where = float("inf"), key
@@ -133,9 +170,19 @@ def _inference(case: Case, compiled: Callable[..., Any], model: Any, check: _Com
             check(f"call {seed}", expected, compiled(**inputs))
 
 
-def _training(case: Case, compiled: Callable[..., Any], model: Any, check: _Comparison) -> None:
+def _autocast(case: Case, compiled: Callable[..., Any], model: Any, check: _Comparison) -> None:
+    """Inference under autocast: eager and the compiled model each under the same autocast."""
+    dtype = AUTOCAST[check.mode]
+    device = next(model.parameters()).device.type
+    with torch.autocast(device, dtype=dtype):
+        _inference(case, compiled, model, check)
+
+
+def _training(
+    case: Case, compiled: Callable[..., Any], model: Any, check: _Comparison, steps: int = 2
+) -> None:
     reference = copy.deepcopy(model)
-    for step in range(2):
+    for step in range(steps):
         inputs = case.inputs(case.lengths[0], step)
         expected = _loss(reference(**inputs))
         expected.backward()
@@ -160,25 +207,51 @@ def _training(case: Case, compiled: Callable[..., Any], model: Any, check: _Comp
             module.zero_grad(set_to_none=True)
 
 
+_BODIES = {
+    "inference": _inference,
+    "training": _training,
+    **dict.fromkeys(AUTOCAST, _autocast),
+}
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of ``error`` as Python prints it (``Type: message``), at most 300 chars."""
+    lines = traceback.format_exception_only(type(error), error)
+    first = lines[0].strip().splitlines()[0] if lines else type(error).__name__
+    return first[:300]
+
+
+def settle(outcome: Outcome, fallbacks: list[str], splits: list[str]) -> None:
+    """A pass becomes ``fallback`` or ``pieces`` where graphs ran eagerly or were split.
+
+    A graph that ran eagerly gave eager's numbers by construction: the pass says nothing about
+    the backend then, and the outcome names why it did not capture instead.
+    """
+    if outcome.result == "pass" and fallbacks:
+        outcome.result, outcome.detail = "fallback", "; ".join(sorted(set(fallbacks)))[:400]
+    elif outcome.result == "pass" and splits:
+        outcome.result, outcome.detail = "pieces", "; ".join(sorted(set(splits)))[:400]
+
+
 def run(case: Case, mode: str, backend_name: str, seed: int = 0) -> Outcome:
     """Run ``case`` one way (``mode``, ``backend_name``) against eager."""
     torch._dynamo.reset()
     outcome = Outcome()
-    check = _Comparison(TOLERANCE[mode])
+    check = _Comparison(TOLERANCE[mode], mode)
     backend, ours = _backend(backend_name)
+    from _accuracy_models import build
+
     try:
         model = build(case, seed)
-        model = model.eval() if mode == "inference" else model.train()
+        model = model.train() if mode == "training" else model.eval()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled = torch.compile(model, backend=backend)
-            (_inference if mode == "inference" else _training)(case, compiled, model, check)
+            _BODIES[mode](case, compiled, model, check)
     except _Wrong as wrong:
         outcome.result, outcome.detail = "wrong", str(wrong)
     except Exception as error:
-        lines = traceback.format_exception_only(type(error), error)
-        first = lines[0].strip().splitlines()[0] if lines else type(error).__name__
-        outcome.result, outcome.detail = "error", first[:300]
+        outcome.result, outcome.detail = "error", first_line(error)
     outcome.worst = check.worst if check.compared else None
     outcome.where = check.where
     if ours is not None:
@@ -191,11 +264,10 @@ def run(case: Case, mode: str, backend_name: str, seed: int = 0) -> Outcome:
             "pieces": stats.piecewise,
         }
         outcome.whole = bool(stats.captured) and not stats.fallbacks and not stats.piecewise
-        if outcome.result == "pass" and stats.fallbacks:
-            reasons = sorted({f"{stats.fallback_reasons[g]}: {m}" for g, m in stats.fallbacks})
-            outcome.result, outcome.detail = "fallback", "; ".join(reasons)[:400]
-        elif outcome.result == "pass" and stats.piecewise:
-            splits = sorted({s for parts in stats.splits.values() for s in parts})
-            outcome.result, outcome.detail = "pieces", "; ".join(splits)[:400]
+        settle(
+            outcome,
+            [f"{stats.fallback_reasons[g]}: {m}" for g, m in stats.fallbacks],
+            [s for parts in stats.splits.values() for s in parts],
+        )
     torch._dynamo.reset()
     return outcome

@@ -1,14 +1,16 @@
 """The accuracy sweeps: PyTorch's Hugging Face list and a vision list, against eager, two ways.
 
     python benchmarks/accuracy.py --out DIR [--models NAME,...] [--suites hf,vision]
+                                  [--modes inference,training,autocast_bf16,autocast_fp16]
                                   [--docs docs/accuracy.md] [--table-only]
 
 Each model of ``_accuracy_models`` runs in a process of its own (a crash costs only that model),
-in inference and in training, with npu_compile (default options, the differential check of its
+in inference and in training (``--modes`` adds or chooses the autocast modes: inference under
+bfloat16 or float16 autocast), with npu_compile (default options, the differential check of its
 passes on) and with torch's ``aot_eager`` (see ``_accuracy``). ``DIR/accuracy.json`` gets every
-outcome; ``--docs`` writes the Markdown table users read (``nox -s accuracy`` writes
-``docs/accuracy.md``). The command exits 0 once the sweep ran, whatever the outcomes: the table
-says them.
+outcome; a run of some models or some modes keeps the other results there. ``--docs`` writes
+the Markdown table users read (``nox -s accuracy`` writes ``docs/accuracy.md``). The command
+exits 0 once the sweep ran, whatever the outcomes: the table says them.
 """
 
 from __future__ import annotations
@@ -31,16 +33,16 @@ sys.path.insert(0, str(HERE))
 PER_MODEL_SECONDS = 900
 
 
-def _one(name: str, json_out: Path) -> None:
-    """Run one model every way; write its outcomes as JSON."""
+def _one(name: str, json_out: Path, modes: list[str]) -> None:
+    """Run one model in ``modes``, with each backend; write its outcomes as JSON."""
     import torch
-    from _accuracy import BACKENDS, MODES, run
+    from _accuracy import BACKENDS, run
     from _accuracy_models import HF, VISION
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     case = next(case for case in HF + VISION if case.name == name)
     results: dict[str, Any] = {"name": name, "suite": case.suite, "code": _commit()}
-    for mode in MODES:
+    for mode in modes:
         for backend in BACKENDS:
             started = time.perf_counter()
             outcome = run(case, mode, backend)
@@ -51,15 +53,23 @@ def _one(name: str, json_out: Path) -> None:
     json_out.write_text(json.dumps(results, indent=1))
 
 
-def _sweep(names: list[str], out: Path) -> list[dict[str, Any]]:
+def _sweep(
+    names: list[str], out: Path, modes: list[str], previous: list[dict[str, Any]], order: list[str]
+) -> list[dict[str, Any]]:
+    """Run ``names`` in ``modes``; ``DIR/accuracy.json`` holds them merged into ``previous``.
+
+    The file is written after each model, merged: a sweep stopped halfway keeps the results
+    it had, of the earlier runs as of this one.
+    """
     rows: list[dict[str, Any]] = []
+    command = [sys.executable, __file__, "--modes", ",".join(modes)]
     with tempfile.TemporaryDirectory() as scratch:
         for index, name in enumerate(names, start=1):
             target = Path(scratch) / f"{index}.json"
             started = time.perf_counter()
             try:
                 done = subprocess.run(
-                    [sys.executable, __file__, "--one", name, "--json", str(target)],
+                    [*command, "--one", name, "--json", str(target)],
                     capture_output=True,
                     text=True,
                     timeout=PER_MODEL_SECONDS,
@@ -80,8 +90,43 @@ def _sweep(names: list[str], out: Path) -> list[dict[str, Any]]:
             rows.append(row)
             seconds = time.perf_counter() - started
             print(f"[{index}/{len(names)}] {name}: {_summary(row)} ({seconds:.0f} s)", flush=True)
-            _write(out / "accuracy.json", {"models": rows})
-    return rows
+            _write(out / "accuracy.json", {"models": _merge(previous, rows, modes, order)})
+    return _merge(previous, rows, modes, order)
+
+
+def _merge(
+    previous: list[dict[str, Any]], fresh: list[dict[str, Any]], modes: list[str], order: list[str]
+) -> list[dict[str, Any]]:
+    """``fresh`` rows over ``previous`` ones, per model and per mode, in the lists' ``order``.
+
+    A model run again in some modes keeps its results in the others. Each outcome carries the
+    code it measured (``code``), so a table merged from runs at several commits names each.
+    """
+    from _accuracy import BACKENDS
+
+    kept = {row["name"]: row for row in previous}
+    for new in fresh:
+        old = kept.get(new["name"])
+        if old is None or "crashed" in old:
+            kept[new["name"]] = new
+            continue
+        row = {key: value for key, value in old.items() if key != "crashed"}
+        for key, outcome in row.items():
+            if "/" in key:
+                outcome.setdefault("code", old.get("code", "unknown"))
+        if "crashed" in new:
+            died = {"result": "error", "detail": f"the process died: {new['crashed']}"}
+            fields = {"worst": None, "where": "", "graphs": {}, "whole": None}
+            for mode in modes:
+                for backend in BACKENDS:
+                    row[f"{mode}/{backend}"] = {**died, **fields, "code": new["code"]}
+        else:
+            for key, outcome in new.items():
+                if "/" in key:
+                    row[key] = {**outcome, "code": new["code"]}
+        row["code"] = new["code"]
+        kept[new["name"]] = row
+    return [kept[name] for name in order if name in kept]
 
 
 def _last_line(text: str) -> str:
@@ -111,6 +156,8 @@ def _write(path: Path, document: dict[str, Any]) -> None:
 def _cell(row: dict[str, Any], key: str) -> str:
     if "crashed" in row:
         return "error: the process died"
+    if key not in row:
+        return "not run"
     outcome = row[key]
     result = outcome["result"]
     if result == "pass":
@@ -135,6 +182,8 @@ def _graphs(row: dict[str, Any]) -> str:
         return "-"
     parts = []
     for mode in ("inference", "training"):
+        if f"{mode}/npu_compile" not in row:
+            continue
         graphs = row[f"{mode}/npu_compile"].get("graphs") or {}
         if not graphs:
             parts.append(f"{mode}: none compiled")
@@ -146,69 +195,125 @@ def _graphs(row: dict[str, Any]) -> str:
             words.append(f"{graphs.get('fallbacks', 0) + graphs.get('eager', 0)} eager")
         whole = row[f"{mode}/npu_compile"].get("whole")
         parts.append(f"{mode}: {', '.join(words)}" + (" (whole)" if whole else ""))
-    return "; ".join(parts)
+    return "; ".join(parts) or "-"
+
+
+#: How the table names each mode.
+LABELS = {
+    "inference": "inference",
+    "training": "training",
+    "autocast_bf16": "bf16 autocast",
+    "autocast_fp16": "fp16 autocast",
+}
+
+
+def _modes_in(rows: list[dict[str, Any]]) -> list[str]:
+    """The modes some row has results of, in the sweep's order."""
+    from _accuracy import ALL_MODES
+
+    return [mode for mode in ALL_MODES if any(f"{mode}/npu_compile" in r for r in rows)]
+
+
+def _codes(rows: list[dict[str, Any]], modes: list[str]) -> str:
+    """The code each mode measured: one list of commits, or one per group of modes."""
+    by_mode: dict[str, set[str]] = {}
+    for mode in modes:
+        for r in rows:
+            outcome = r.get(f"{mode}/npu_compile")
+            code = r.get("code", "unknown") if outcome is None else outcome.get("code")
+            by_mode.setdefault(mode, set()).add(code or r.get("code", "unknown"))
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for mode, codes in by_mode.items():
+        groups.setdefault(tuple(sorted(codes)), []).append(LABELS[mode])
+    if len(groups) <= 1:
+        codes = next(iter(groups), ("unknown",))
+        return ", ".join(f"`{code}`" for code in codes)
+    return "; ".join(
+        ", ".join(f"`{code}`" for code in codes) + f" ({', '.join(labels)})"
+        for codes, labels in groups.items()
+    )
 
 
 def _markdown(rows: list[dict[str, Any]]) -> str:
     from _accuracy import TOLERANCE
 
+    modes = _modes_in(rows)
+
     def count(suite: str, key: str, result: str) -> int:
         return sum(
             1
             for r in rows
-            if r["suite"] == suite and "crashed" not in r and r[key]["result"] == result
+            if r["suite"] == suite
+            and "crashed" not in r
+            and key in r
+            and r[key]["result"] == result
         )
 
+    columns = [(mode, backend) for mode in modes for backend in ("npu_compile", "aot_eager")]
+    heads = [
+        f"{LABELS[mode]}, {'ours' if backend == 'npu_compile' else backend}"
+        for mode, backend in columns
+    ]
+    autocast = [mode for mode in modes if mode.startswith("autocast")]
+    tolerances = ", ".join(
+        f"{LABELS[mode]} {TOLERANCE[mode]:g}" for mode in ("inference", "training", *autocast)
+    )
     lines = [
         "# Accuracy against eager",
         "",
         "Generated by `nox -s accuracy` (`benchmarks/accuracy.py`); do not edit by hand. "
         "Packages measured (the last commit that changed `packages/`): "
-        + ", ".join(f"`{code}`" for code in sorted({r.get("code", "unknown") for r in rows}))
+        + _codes(rows, modes)
         + ".",
         "",
         "Every model is built from a small config (width 64, 2 layers, no dropout; never "
-        "downloaded) and run two ways against eager: **inference** (`eval()`, `no_grad`, three "
-        "calls and a call at another length or image size, every output compared) and "
+        "downloaded) and run several ways against eager: **inference** (`eval()`, `no_grad`, "
+        "three calls and a call at another length or image size, every output compared), "
         "**training** (`train()`, two steps of forward and backward, the loss, every gradient "
-        "and every buffer compared). *ours* is `npu_compile` with its default options and the "
+        "and every buffer compared) and, where the columns are there, inference under "
+        "**bf16 autocast** and **fp16 autocast** (`torch.autocast(device_type, dtype)`, eager "
+        "under the same autocast). *ours* is `npu_compile` with its default options and the "
         "differential check of its passes on (`debug.aclgraph.check_passes`); `aot_eager` is "
         "torch's own backend without capture, which tells torch's limits from ours.",
         "",
-        f"Tolerances: inference {TOLERANCE['inference']:g} and training "
-        f"{TOLERANCE['training']:g} of each tensor's largest value. Outcomes: *pass*; **wrong** "
-        "(how far off, relative, and where); *fallback* or *pieces* (the graph ran eagerly, or "
-        "captured around what cannot be, with the reasons); *error* (its first line). A pass "
-        "gives the largest difference seen. *FX graphs, ours*: how many graphs Dynamo handed "
+        f"Tolerances, of each tensor's largest value: {tolerances}; every output must have "
+        "eager's dtype too. Under autocast, eager and a graph round in the low-precision "
+        "dtype alike except where ops are decomposed or grouped otherwise: the tolerances "
+        "allow four rounding steps of bfloat16 (2^-8 relative) and of float16 (2^-11), well "
+        "above what aot_eager differs by. Outcomes: *pass*; **wrong** (how far off, relative, "
+        "and where); *fallback* or *pieces* (the graph ran eagerly, or captured around what "
+        "cannot be, with the reasons); *error* (its first line); *not run*. A pass gives the "
+        "largest difference seen. *FX graphs, ours*: how many graphs Dynamo handed "
         "npu_compile, how many it captured, and whether each was captured whole.",
         "",
         "## Summary",
         "",
-        "| suite | models | inference, ours | inference, aot_eager | captured whole (inference) "
-        "| training, ours | training, aot_eager |",
-        "|---|---|---|---|---|---|---|",
+        "| suite | models | "
+        + " | ".join(
+            [*heads[:2], "captured whole (inference)", *heads[2:]]
+            if modes[:1] == ["inference"]
+            else heads
+        )
+        + " |",
+        "|---|---|" + "---|" * (len(heads) + (modes[:1] == ["inference"])),
     ]
     for suite in ("hf", "vision"):
         members = [r for r in rows if r["suite"] == suite]
         if not members:
             continue
-        whole = sum(
-            1
-            for r in members
-            if "crashed" not in r
-            and r["inference/npu_compile"].get("whole") is True
-            and r["inference/npu_compile"]["result"] == "pass"
-        )
-        lines.append(
-            f"| {suite} | {len(members)} "
-            f"| {count(suite, 'inference/npu_compile', 'pass')} pass "
-            f"| {count(suite, 'inference/aot_eager', 'pass')} pass "
-            f"| {whole} ({100 * whole / len(members):.0f}%) "
-            f"| {count(suite, 'training/npu_compile', 'pass')} pass "
-            f"| {count(suite, 'training/aot_eager', 'pass')} pass |"
-        )
+        cells = [f"{count(suite, f'{mode}/{backend}', 'pass')} pass" for mode, backend in columns]
+        if modes[:1] == ["inference"]:
+            whole = sum(
+                1
+                for r in members
+                if "crashed" not in r
+                and r["inference/npu_compile"].get("whole") is True
+                and r["inference/npu_compile"]["result"] == "pass"
+            )
+            cells.insert(2, f"{whole} ({100 * whole / len(members):.0f}%)")
+        lines.append(f"| {suite} | {len(members)} | " + " | ".join(cells) + " |")
     lines += ["", "## Goals", ""]
-    for goal, met in _goals(rows):
+    for goal, met in _goals(rows, modes):
         lines.append(f"- {'met' if met else '**not met**'}: {goal}")
     for suite, title in (("hf", "PyTorch's Hugging Face list"), ("vision", "Vision models")):
         members = [r for r in rows if r["suite"] == suite]
@@ -218,20 +323,11 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
             "",
             f"## {title}",
             "",
-            "| model | inference, ours | inference, aot_eager | training, ours "
-            "| training, aot_eager | FX graphs, ours |",
-            "|---|---|---|---|---|---|",
+            "| model | " + " | ".join(heads) + " | FX graphs, ours |",
+            "|---|" + "---|" * (len(heads) + 1),
         ]
         for r in members:
-            cells = [
-                _cell(r, key)
-                for key in (
-                    "inference/npu_compile",
-                    "inference/aot_eager",
-                    "training/npu_compile",
-                    "training/aot_eager",
-                )
-            ]
+            cells = [_cell(r, f"{mode}/{backend}") for mode, backend in columns]
             cells.append(_graphs(r))
             lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -239,9 +335,11 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
 
 def _shared_with_torch(row: dict[str, Any], mode: str) -> bool:
     """Whether ours is wrong exactly where and as far as torch's aot_eager is."""
-    ours, theirs = row[f"{mode}/npu_compile"], row[f"{mode}/aot_eager"]
+    ours, theirs = row.get(f"{mode}/npu_compile"), row.get(f"{mode}/aot_eager")
     return (
-        ours["result"] == theirs["result"] == "wrong"
+        ours is not None
+        and theirs is not None
+        and ours["result"] == theirs["result"] == "wrong"
         and ours["where"] == theirs["where"]
         and ours["worst"] is not None
         and theirs["worst"] is not None
@@ -249,26 +347,25 @@ def _shared_with_torch(row: dict[str, Any], mode: str) -> bool:
     )
 
 
-def _goals(rows: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+def _goals(rows: list[dict[str, Any]], modes: list[str]) -> list[tuple[str, bool]]:
     ran = [r for r in rows if "crashed" not in r]
-    modes = ("inference", "training")
+    runs = [(r, mode) for r in ran for mode in modes if f"{mode}/npu_compile" in r]
     ours_right = all(
         r[f"{mode}/aot_eager"]["result"] != "pass" or r[f"{mode}/npu_compile"]["result"] == "pass"
-        for r in ran
-        for mode in modes
+        for r, mode in runs
     )
     ours_alone = [
-        f"{r['name']} ({mode})"
-        for r in ran
-        for mode in modes
+        f"{r['name']} ({LABELS[mode]})"
+        for r, mode in runs
         if r[f"{mode}/npu_compile"]["result"] == "wrong" and not _shared_with_torch(r, mode)
     ]
-    shared = [f"{r['name']} ({mode})" for r in ran for mode in modes if _shared_with_torch(r, mode)]
+    shared = [f"{r['name']} ({LABELS[mode]})" for r, mode in runs if _shared_with_torch(r, mode)]
     hf = [r for r in rows if r["suite"] == "hf"]
     whole = sum(
         1
         for r in hf
         if "crashed" not in r
+        and "inference/npu_compile" in r
         and r["inference/npu_compile"]["result"] == "pass"
         and r["inference/npu_compile"].get("whole") is True
     )
@@ -280,14 +377,23 @@ def _goals(rows: list[dict[str, Any]]) -> list[tuple[str, bool]]:
             "; wrong numbers torch's aot_eager gives too, the same, come from torch's own "
             f"decompositions, not from this backend: {', '.join(shared)}"
         )
+    died = [
+        f"{r['name']} ({LABELS[mode]})"
+        for r, mode in runs
+        if r[f"{mode}/npu_compile"]["detail"].startswith("the process died")
+    ]
     return [
-        ("every model aot_eager gets right, ours gets right (both modes)", ours_right),
+        (f"every model aot_eager gets right, ours gets right ({', '.join(modes)})", ours_right),
         (silent, not ours_alone),
         (
             f"at least 95% of the HF list captured whole in inference ({whole} of {len(hf)})",
             bool(hf) and whole >= 0.95 * len(hf),
         ),
-        ("every model ran to an outcome (no process died)", len(ran) == len(rows)),
+        (
+            "every model ran to an outcome (no process died)"
+            + (f" ({', '.join(died)})" if died else ""),
+            len(ran) == len(rows) and not died,
+        ),
     ]
 
 
@@ -321,6 +427,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="folder for accuracy.json")
     parser.add_argument("--models", help="comma-separated model names (default: every model)")
     parser.add_argument("--suites", default="hf,vision", help="hf, vision or both")
+    parser.add_argument(
+        "--modes",
+        default="inference,training",
+        help="comma-separated: inference, training, autocast_bf16, autocast_fp16 "
+        "(default: inference,training)",
+    )
     parser.add_argument("--docs", type=Path, help="write the Markdown table here")
     parser.add_argument(
         "--table-only",
@@ -330,8 +442,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    from _accuracy import ALL_MODES
+
+    modes = args.modes.split(",")
+    unknown = sorted(set(modes) - set(ALL_MODES))
+    if unknown:
+        parser.error(f"unknown mode(s) {unknown}; known: {', '.join(ALL_MODES)}")
+    modes = [mode for mode in ALL_MODES if mode in modes]
     if args.one:
-        _one(args.one, args.json)
+        _one(args.one, args.json, modes)
         return 0
     if args.out is None:
         parser.error("--out DIR is required: where accuracy.json goes")
@@ -350,15 +469,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = json.loads(results.read_text())["models"]
         _write_docs(args.docs, rows)
         return 0
-    previous = json.loads(results.read_text())["models"] if args.models and results.exists() else []
-    rows = _sweep(names, args.out)
-    if previous:
-        # Some models again: the others keep their last results (the table covers them all).
-        fresh = {row["name"]: row for row in rows}
-        kept = {row["name"]: row for row in previous}
-        kept.update(fresh)
-        rows = [kept[case.name] for case in cases if case.name in kept]
-        _write(results, {"models": rows})
+    # The models and modes not run keep their last results (the table covers them all, each
+    # outcome naming the code it measured).
+    previous = json.loads(results.read_text())["models"] if results.exists() else []
+    rows = _sweep(names, args.out, modes, previous, [case.name for case in HF + VISION])
     if args.docs is not None:
         _write_docs(args.docs, rows)
     return 0
