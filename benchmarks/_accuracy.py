@@ -122,12 +122,13 @@ class _Comparison:
             value = actual[key]
             if ref.shape != value.shape:
                 raise _Wrong(f"{key}: shape {tuple(value.shape)} instead of {tuple(ref.shape)}")
-            if ref.dtype != value.dtype:
-                # A region autocast must leave in float32 (rotary embeddings, softmax) that comes
-                # back in bfloat16 is wrong even where the values happen to round alike.
-                self.worst, self.where = float("inf"), key
-                raise _Wrong(f"{key}: dtype {value.dtype} instead of {ref.dtype}")
+            # A region autocast must leave in float32 (rotary tables, norms) that comes back in
+            # bfloat16 is wrong even where the values happen to round alike.
+            dtype = f"{key}: dtype {value.dtype} instead of {ref.dtype}"
             if not ref.is_floating_point():
+                if ref.dtype != value.dtype:
+                    self.worst, self.where = float("inf"), key
+                    raise _Wrong(dtype)
                 if not torch.equal(ref, value):
                     self.worst, self.where = float("inf"), key
                     raise _Wrong(f"{key}: integer values differ")
@@ -140,6 +141,9 @@ class _Comparison:
                 off = float("inf")
             if off > self.worst:
                 self.worst, self.where = off, key
+            if ref.dtype != value.dtype:
+                self.where = key
+                raise _Wrong(f"{dtype} (values off by {off:.2e} of its scale)")
             if off > self.tolerance:
                 raise _Wrong(f"{key}: off by {off:.2e} of its scale")
 

@@ -125,7 +125,7 @@ def _cell(outcome: dict[str, Any]) -> str:
     if result == "pass":
         return "pass (exact)" if not worst else f"pass ({worst:.0e})"
     if result == "wrong":
-        far = "" if worst is None else f" {worst:.1e}"
+        far = "" if worst is None or "dtype" in outcome["detail"] else f" {worst:.1e}"
         return f"**wrong**{far} ({outcome['detail']})".replace("|", "/")
     if result == "error":
         return f"**error**: {outcome['detail']}".replace("|", "/")
@@ -144,18 +144,22 @@ def _graphs(outcome: dict[str, Any]) -> str:
     return ", ".join(words) + (" (whole)" if outcome.get("whole") else "")
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
 def _replays(outcome: dict[str, Any]) -> str:
     replays = outcome.get("replays") or {}
     if not replays:
         return "-"
-    words = [f"{replays['captures']} captures", f"{replays['replays']} replays"]
+    words = [_n(replays["captures"], "capture"), _n(replays["replays"], "replay")]
     if replays.get("recaptures"):
         reasons = outcome.get("recapture_reasons") or {}
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
-        words.append(f"{replays['recaptures']} recaptures" + (f" ({why})" if why else ""))
-    for key, label in (("eager_calls", "eager calls"), ("runner_fallbacks", "runner fallbacks")):
+        words.append(_n(replays["recaptures"], "recapture") + (f" ({why})" if why else ""))
+    for key, label in (("eager_calls", "eager call"), ("runner_fallbacks", "runner fallback")):
         if replays.get(key):
-            words.append(f"{replays[key]} {label}")
+            words.append(_n(replays[key], label))
     return ", ".join(words)
 
 
@@ -173,9 +177,9 @@ def _dynamo(row: dict[str, Any]) -> str:
         if not dynamo:
             parts.append(f"{label}: -")
             continue
-        words = f"{dynamo['frames']} frames, {dynamo['graph_breaks']} breaks"
+        words = f"{_n(dynamo['frames'], 'frame')}, {_n(dynamo['graph_breaks'], 'break')}"
         if "ddp_buckets" in dynamo:
-            words += f", {dynamo['ddp_buckets']} buckets"
+            words += f", {_n(dynamo['ddp_buckets'], 'bucket')}"
         parts.append(f"{label}: {words}")
     return "; ".join(parts)
 
