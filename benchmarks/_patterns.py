@@ -203,7 +203,8 @@ def _mlp_batch(step: int, rank: int = 0) -> dict[str, torch.Tensor]:
 
 
 def _mlp_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    return model(batch["x"]).pow(2).mean()
+    loss: torch.Tensor = model(batch["x"]).pow(2).mean()
+    return loss
 
 
 def _llama_batch(step: int, rank: int = 0) -> dict[str, torch.Tensor]:
@@ -223,10 +224,14 @@ class _Workload:
     layers: Callable[[nn.Module], list[nn.Module]]
 
 
-_MLP = _Workload(_mlp, _mlp_batch, _mlp_loss, lambda m: list(m.layers))
-_LLAMA_WORK = _Workload(
-    lambda: _build(_wide_llama()).train(), _llama_batch, _llama_loss, lambda m: list(m.model.layers)
-)
+def _layers(model: Any) -> list[nn.Module]:
+    """The layers a pattern shards or compiles one by one: the MLP's, the decoder's."""
+    inner = getattr(model, "model", model)
+    return list(inner.layers)
+
+
+_MLP = _Workload(_mlp, _mlp_batch, _mlp_loss, _layers)
+_LLAMA_WORK = _Workload(lambda: _build(_wide_llama()).train(), _llama_batch, _llama_loss, _layers)
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
@@ -266,7 +271,7 @@ def _distributed(
             if compiled and per_layer:
                 for layer in work.layers(model):
                     # The bound forward, not the module: the parameters keep their names.
-                    layer.forward = compile(layer.forward)  # type: ignore[method-assign]
+                    layer.forward = compile(layer.forward)
             elif compiled:
                 runner = compile(wrapped)
             for step in range(DISTRIBUTED_STEPS):
@@ -301,7 +306,7 @@ def _train_step(compile: Compile, check: _Comparison) -> None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
         def step(x: torch.Tensor) -> torch.Tensor:
-            loss = model(x).pow(2).mean()
+            loss: torch.Tensor = model(x).pow(2).mean()
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
@@ -329,7 +334,7 @@ def _compiled_autograd(compile: Compile, check: _Comparison) -> None:
     optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (reference, model)]
 
     def step(x: torch.Tensor) -> torch.Tensor:
-        loss = model(x).pow(2).mean()
+        loss: torch.Tensor = model(x).pow(2).mean()
         loss.backward()
         return loss
 
@@ -380,7 +385,7 @@ def _channels_last_case() -> Case:
 def _channels_last(mode: str) -> Callable[[Compile, _Comparison], None]:
     def body(compile: Compile, check: _Comparison) -> None:
         case = _channels_last_case()
-        model = _build(case).to(memory_format=torch.channels_last)
+        model = _build(case).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         model = model.train() if mode == "training" else model.eval()
         layout = _LayoutComparison(check.tolerance, check.mode)
         try:

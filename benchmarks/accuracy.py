@@ -116,7 +116,7 @@ def _merge(
                 outcome.setdefault("code", old.get("code", "unknown"))
         if "crashed" in new:
             died = {"result": "error", "detail": f"the process died: {new['crashed']}"}
-            fields = {"worst": None, "where": "", "graphs": {}, "whole": None}
+            fields: dict[str, Any] = {"worst": None, "where": "", "graphs": {}, "whole": None}
             for mode in modes:
                 for backend in BACKENDS:
                     row[f"{mode}/{backend}"] = {**died, **fields, "code": new["code"]}
@@ -226,8 +226,8 @@ def _codes(rows: list[dict[str, Any]], modes: list[str]) -> str:
     for mode, codes in by_mode.items():
         groups.setdefault(tuple(sorted(codes)), []).append(LABELS[mode])
     if len(groups) <= 1:
-        codes = next(iter(groups), ("unknown",))
-        return ", ".join(f"`{code}`" for code in codes)
+        only = next(iter(groups), ("unknown",))
+        return ", ".join(f"`{code}`" for code in only)
     return "; ".join(
         ", ".join(f"`{code}`" for code in codes) + f" ({', '.join(labels)})"
         for codes, labels in groups.items()

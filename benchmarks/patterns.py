@@ -116,7 +116,7 @@ def _ordered(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _summary(outcome: dict[str, Any]) -> str:
     detail = outcome.get("detail") or ""
-    return outcome["result"] + (f" ({detail[:120]})" if detail else "")
+    return str(outcome["result"]) + (f" ({detail[:120]})" if detail else "")
 
 
 def _cell(outcome: dict[str, Any]) -> str:
