@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -182,7 +183,8 @@ def make_tokens() -> Callable[..., torch.Tensor]:
 
 # -- GE IR conformance -------------------------------------------------------------------------
 # The reference below is written from GE's operator definitions (the REG_OP declarations in
-# CANN's op_proto headers, also carried by TorchAir's generated op builders), not from this
+# CANN's op_proto headers, named per op, also carried by TorchAir's generated op builders and
+# its copy of the headers, third_party/ascend/include/ops/op_proto/inc), not from this
 # package's own tables, so an export is checked against what GE will read.
 # Inputs: "name" required, "name?" optional, "name*" dynamic (name0, name1, ...).
 # Attributes: name -> (AttrDef field, required); "list.i" is an int list.
@@ -424,6 +426,109 @@ GE_OPS: dict[str, GeOp] = {
     "Triu": GeOp(("x",), ("y",), {"diagonal": ("i", False)}),  # matrix_calculation_ops.h
     "Unsqueeze": GeOp(("x",), ("y",), {"axes": ("list.i", False)}),  # array_ops.h
     "ZerosLike": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "FloorMod": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "Mod": GeOp(("x1", "x2"), ("y",), {}),  # elewise_calculation_ops.h
+    "Floor": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "Ceil": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "Sign": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "Log1p": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "Expm1": GeOp(("x",), ("y",), {}),  # elewise_calculation_ops.h
+    "LeakyRelu": GeOp(("x",), ("y",), {"negative_slope": ("f", False)}),  # nonlinear_fuc_ops.h
+    "Elu": GeOp(
+        ("x",),
+        ("y",),
+        {"alpha": ("f", False), "scale": ("f", False), "input_scale": ("f", False)},
+    ),  # nonlinear_fuc_ops.h
+    "ReduceMin": GeOp(("x", "axes"), ("y",), {"keep_dims": ("b", False)}),  # reduce_ops.h
+    "ReduceProd": GeOp(("x", "axes"), ("y",), {"keep_dims": ("b", False)}),  # reduce_ops.h
+    "ReduceAll": GeOp(("x", "axes"), ("y",), {"keep_dims": ("b", False)}),  # reduce_ops.h
+    "ReduceAny": GeOp(("x", "axes"), ("y",), {"keep_dims": ("b", False)}),  # reduce_ops.h
+    "LpNormV2": GeOp(
+        ("x",),
+        ("y",),
+        {
+            "p": ("f", False),
+            "axes": ("list.i", False),
+            "keepdim": ("b", False),
+            "epsilon": ("f", False),
+        },
+    ),  # math_ops.h
+    "GroupNorm": GeOp(
+        ("x", "gamma", "beta"),
+        ("y", "mean", "variance"),
+        {
+            "num_groups": ("i", True),
+            "data_format": ("s", False),
+            "eps": ("f", False),
+            "is_training": ("b", False),
+        },
+    ),  # nn_norm_ops.h
+    "ArgMaxV2": GeOp(
+        ("x", "dimension"), ("y",), {"dtype": ("dt", False)}
+    ),  # elewise_calculation_ops.h
+    "ArgMin": GeOp(
+        ("x", "dimension"), ("y",), {"dtype": ("dt", False)}
+    ),  # elewise_calculation_ops.h
+    "ArgMaxWithValue": GeOp(
+        ("x",), ("indice", "values"), {"dimension": ("i", True), "keep_dims": ("b", False)}
+    ),  # elewise_calculation_ops.h
+    "ArgMinWithValue": GeOp(
+        ("x",), ("indice", "values"), {"dimension": ("i", True), "keep_dims": ("b", False)}
+    ),  # elewise_calculation_ops.h
+    "TopKV2": GeOp(
+        ("x", "k"),
+        ("values", "indices"),
+        {"sorted": ("b", False), "dim": ("i", False), "largest": ("b", False)},
+    ),  # selection_ops.h
+    "Sort": GeOp(
+        ("x",),
+        ("y1", "y2"),
+        {"axis": ("i", False), "descending": ("b", False), "stable": ("b", False)},
+    ),  # nn_detect_ops.h
+    "Histogram": GeOp(
+        ("x",), ("y",), {"bins": ("i", False), "min": ("f", False), "max": ("f", False)}
+    ),  # math_ops.h
+    "PadV3": GeOp(
+        ("x", "paddings", "constant_values?"),
+        ("y",),
+        {"mode": ("s", False), "paddings_contiguous": ("b", False)},
+    ),  # pad_ops.h
+    "Tile": GeOp(("x", "multiples"), ("y",), {}),  # selection_ops.h
+    "AsStrided": GeOp(
+        ("x", "size", "stride", "storage_offset"), ("y",), {}
+    ),  # transformation_ops.h
+    "ReverseV2": GeOp(("x", "axis"), ("y",), {}),  # selection_ops.h
+    "FFT": GeOp(("x",), ("y",), {}),  # spectral_ops.h
+    "IFFT": GeOp(("x",), ("y",), {}),  # spectral_ops.h
+    "FFT2D": GeOp(("x",), ("y",), {}),  # spectral_ops.h
+    "IFFT2D": GeOp(("x",), ("y",), {}),  # spectral_ops.h
+    "Real": GeOp(("input",), ("output",), {"Tout": ("dt", False)}),  # math_ops.h
+    "Imag": GeOp(("input",), ("output",), {"Tout": ("dt", False)}),  # math_ops.h
+    "Complex": GeOp(("real", "imag"), ("out",), {"Tout": ("dt", False)}),  # math_ops.h
+    "GroupedMatmul": GeOp(
+        (
+            "x*",
+            "weight*",
+            "bias*",
+            "scale*",
+            "offset*",
+            "antiquant_scale*",
+            "antiquant_offset*",
+            "group_list?",
+            "per_token_scale?",
+        ),
+        ("y*",),
+        {
+            "split_item": ("i", False),
+            "dtype": ("i", False),
+            "transpose_weight": ("b", False),
+            "transpose_x": ("b", False),
+            "group_type": ("i", False),
+            "group_list_type": ("i", False),
+            "act_type": ("i", False),
+            "tuning_config": ("list.i", False),
+        },
+    ),  # experiment_ops.h; group_list_type, act_type, per_token_scale: TorchAir's builder
 }
 
 NCHW_DESCRIPTORS: dict[str, set[str]] = {
@@ -431,6 +536,7 @@ NCHW_DESCRIPTORS: dict[str, set[str]] = {
     "MaxPoolV3": {"x", "y"},
     "AvgPoolV2": {"x", "y"},
     "BNInfer": {"x", "scale", "offset", "mean", "variance", "y"},
+    "GroupNorm": {"x", "gamma", "beta", "y", "mean", "variance"},
 }
 """Descriptors TorchAir's converters mark NCHW (``specific_op_input_layout``); all others ND.
 Conv2D's bias stays ND, as GE's definition of Conv2D lists it."""
@@ -464,14 +570,25 @@ _EXTRA_ATTRS = {"nn_module_stack"}
 _NAME_MAPS = ("_input_name_key", "_input_name_value", "_output_name_key", "_output_name_value")
 
 
-def _expand_names(names: tuple[str, ...], count: int) -> list[str]:
-    fixed = [n for n in names if not n.endswith("*")]
+def _expand_names(names: tuple[str, ...], actual: list[str]) -> list[str]:
+    """The descriptor names GE's definition allows for ``actual``, in order.
+
+    A dynamic input (``x*``) takes as many consecutive ``x0``, ``x1``, ... as ``actual`` holds
+    at that point (any number, none included); an optional input (``name?``) may be left out
+    once nothing follows it.
+    """
     out: list[str] = []
+    position = 0
     for name in names:
         if name.endswith("*"):
-            out += [f"{name[:-1]}{i}" for i in range(count - len(fixed))]
-        else:
+            stem, index = name[:-1], 0
+            while position < len(actual) and actual[position] == f"{stem}{index}":
+                out.append(actual[position])
+                position += 1
+                index += 1
+        elif position < len(actual) or not name.endswith("?"):
             out.append(name.rstrip("?"))
+            position += 1
     return out
 
 
@@ -513,7 +630,7 @@ def check_ge_graph(graph: ge.GraphDef) -> set[str]:
             assert op.input_desc[0].dtype == op.output_desc[0].dtype, where
             data_inputs = [f"{op.name}:0"]
         assert len(data_inputs) == len(op.input_desc), where
-        want = _expand_names(spec.inputs, len(op.input_desc))
+        want = _expand_names(spec.inputs, [d.name for d in op.input_desc])
         assert [d.name for d in op.input_desc] == want, where
         for name, ref, desc in zip(want, data_inputs, op.input_desc, strict=True):
             optional = f"{name}?" in spec.inputs
@@ -533,7 +650,7 @@ def check_ge_graph(graph: ge.GraphDef) -> set[str]:
                 _check_layout(desc, op.type, where)
                 assert desc.dtype != ge.DT_UNDEFINED, where
         assert [d.name for d in op.output_desc] == _expand_names(
-            spec.outputs, len(op.output_desc)
+            spec.outputs, [d.name for d in op.output_desc]
         ), where
         if not any(n.endswith("*") for n in spec.outputs):
             assert len(op.output_desc) == len(spec.outputs), where
@@ -599,3 +716,50 @@ def ge_check() -> Callable[[ge.GraphDef], set[str]]:
 def ge_op_table() -> dict[str, GeOp]:
     """GE's operator definitions for every op type the exporter may write."""
     return GE_OPS
+
+
+ExportCheck = Callable[..., ge.GraphDef]
+
+
+@pytest.fixture
+def export_check(tmp_path: Path) -> ExportCheck:
+    """Export ``model(*inputs)``, check it against GE's definitions and run it against eager.
+
+    Returns the exported graph. ``dynamic`` exports with dynamic shapes; ``others`` are more
+    input tuples the graph then runs on (other sizes, for a dynamic export); every output must
+    have eager's dtype and shape and equal its values within ``rtol``/``atol``.
+    """
+    from npu_graph_export import dynamo_export, runtime
+
+    count = 0
+
+    def check(
+        model: nn.Module,
+        *inputs: torch.Tensor,
+        dynamic: bool = False,
+        others: tuple[tuple[torch.Tensor, ...], ...] = (),
+        rtol: float = 1e-5,
+        atol: float = 1e-6,
+    ) -> ge.GraphDef:
+        nonlocal count
+        count += 1
+        path = tmp_path / f"export{count}"
+        model = model.eval()
+        dynamo_export(*inputs, model=model, export_path=path, dynamic=dynamic)
+        graph = read_ge_graph(path)
+        check_ge_graph(graph)
+        loaded = runtime.load(path)
+        for args in (inputs, *others):
+            with torch.no_grad():
+                expected = model(*args)
+            expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+            got = loaded.run(*(a.numpy() for a in args))
+            assert len(got) == len(expected)
+            for index, (g, e) in enumerate(zip(got, expected, strict=True)):
+                want = e.numpy()
+                assert g.dtype == want.dtype, f"output {index}: {g.dtype} != {want.dtype}"
+                assert g.shape == want.shape, f"output {index}: {g.shape} != {want.shape}"
+                np.testing.assert_allclose(g, want, rtol=rtol, atol=atol, err_msg=f"output {index}")
+        return graph
+
+    return check

@@ -219,3 +219,54 @@ def test_clamp_family_matches_eager(tmp_path: Path, ge_check: GeCheck) -> None:
         dynamic=False,
         ge_check=ge_check,
     )
+
+
+class MoreOps(torch.nn.Module):
+    """Rounding, remainders, activations, reductions and reversal, each as its GE operator."""
+
+    def forward(self, x: torch.Tensor, ints: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            x.floor() + x.ceil() * 2 + x.sign(),
+            torch.remainder(x, 0.7) + torch.fmod(x, -0.7),
+            torch.remainder(ints, 3) - torch.fmod(ints, 3),
+            x.abs().log1p() + x.clamp(max=2).expm1(),
+            F.leaky_relu(x, 0.2) + F.elu(x, alpha=0.5) + F.selu(x) + F.celu(x),
+            x.amin(dim=1) + x.amax(dim=0).sum() + x.min() + x.max(),
+            x.prod(dim=-1, keepdim=True),
+            (x > 0).any(dim=1) & (x > -3).all(dim=1),
+            (x > 2).any(),
+            torch.flip(x, dims=[0, -1]),
+            torch.empty_like(x.t(), memory_format=torch.contiguous_format).zero_() + x.t(),
+        )
+
+
+def test_more_ops_match_eager(tmp_path: Path, ge_check: GeCheck) -> None:
+    torch.manual_seed(0)
+    inputs = (torch.randn(4, 6) * 2, torch.tensor([-7, 7, 3, 0, -2]))
+    _check(MoreOps().eval(), inputs, tmp_path, dynamic=False, ge_check=ge_check)
+    ops = {op.type for op in runtime.load(tmp_path).graph.op}
+    assert {"Floor", "Ceil", "Sign", "FloorMod", "Mod", "Log1p", "Expm1", "LeakyRelu", "Elu"} <= ops
+    assert {"ReduceMin", "ReduceMax", "ReduceProd", "ReduceAny", "ReverseV2"} <= ops
+
+
+class SizeArithmetic(torch.nn.Module):
+    """Python arithmetic on sizes, as dynamic exports of GPT-Neo and XLNet trace it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0]
+        window = torch.sym_min(rows, 4) + torch.sym_max(rows, 2) - (rows % 3)
+        positions = torch.arange(-rows, window)
+        return positions.float().unsqueeze(0) + x.sum(1, keepdim=True)
+
+
+def test_size_arithmetic_of_dynamic_exports(tmp_path: Path, ge_check: GeCheck) -> None:
+    model = SizeArithmetic()
+    dynamo_export(torch.randn(5, 3), model=model, export_path=tmp_path, dynamic=True)
+    air = ge.ModelDef()
+    air.ParseFromString((tmp_path / "export.air").read_bytes())
+    ge_check(air.graph[0])
+    loaded = runtime.load(tmp_path)
+    for rows in (2, 5, 7):
+        x = torch.randn(rows, 3)
+        (got,) = loaded.run(x.numpy())
+        np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-6)

@@ -53,6 +53,12 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "_trace.py and the converters tell static dims from symbolic ones (-1 in GE shapes)",
     ),
     PrivateApi(
+        "torch.fx.experimental.symbolic_shapes.statically_known_true",
+        "FX symbolic shapes",
+        "_converters/movement.py pads by a size known only at run time only when it is provably "
+        "not negative (PadV3 cannot crop)",
+    ),
+    PrivateApi(
         "torch._check",
         "FX symbolic shapes",
         "_converters/symbolic.py drops the trace-time asserts export may leave as nodes",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,9 +11,12 @@ from torch import fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from npu_graph_export._converters import CONVERTERS, Context, ge_dtype, static_shape
+from npu_graph_export._converters import Context, converter_for, ge_dtype, static_shape
+from npu_graph_export._converters._base import target_name
 from npu_graph_export._graph import DIMS_ATTR, AttrValue, GraphBuilder, Tensor
+from npu_graph_export._locations import user_frame
 from npu_graph_export._proto import ge_ir_pb2 as ge
+from npu_graph_export._refusals import FAILED, Refusals
 from npu_graph_export.errors import ExportError, NpuGraphExportError, UnsupportedOpError
 
 
@@ -35,25 +39,34 @@ class Converted:
 
 
 def module_path(node: fx.Node) -> str:
-    """Where in the user's model ``node`` came from: module path and source line, if known."""
+    """Where in the user's model ``node`` came from: the user's source line and the module.
+
+    The line is the deepest frame outside torch (``modeling_swin.py:271 in maybe_pad``, not
+    ``torch/nn/functional.py``, where ``F.pad`` runs); the module is the innermost one of
+    ``nn_module_stack``, in brackets (``[swin.embeddings: SwinEmbeddings]``).
+    """
     parts: list[str] = []
+    line = user_frame(node.meta.get("stack_trace") or "")
+    if line:
+        parts.append(line)
     stack = node.meta.get("nn_module_stack") or {}
     if stack:
         path, kind = list(stack.values())[-1]
         kind_name = kind if isinstance(kind, str) else getattr(kind, "__qualname__", str(kind))
-        parts.append(f"module {path or '<root>'!s} ({kind_name})")
-    trace = node.meta.get("stack_trace") or ""
-    lines = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]
-    if lines:
-        parts.append(lines[-1])
-    return "; ".join(parts) or "unknown location"
+        parts.append(f"[{path or '<root>'!s}: {kind_name.rsplit('.', 1)[-1]}]")
+    return " ".join(parts) or "unknown location"
 
 
 def op_name(target: Any) -> str:
     """A readable name for an FX call target (``aten.add.Tensor``)."""
-    if isinstance(target, torch._ops.OpOverload):
-        return f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
-    return getattr(target, "__name__", str(target))
+    return target_name(target)
+
+
+def _refused_name(node: fx.Node) -> str:
+    """The op a refusal names: for an output read by ``getitem``, the op that made it."""
+    if node.target is operator.getitem and isinstance(node.args[0], fx.Node):
+        return f"{op_name(node.args[0].target)} output {node.args[1]}"
+    return op_name(node.target)
 
 
 def _dim_symbol(size: Any) -> str:
@@ -74,7 +87,8 @@ def convert(
     """Convert ``program`` to GE ops; weights become placeholder ``Const`` ops to fill later.
 
     Raises:
-        UnsupportedOpError: an ATen op has no converter (names the op and where it came from).
+        UnsupportedOpError: some ATen ops cannot be converted; one error names every such op
+            with its count and where it first came from.
         ExportError: the model mutates a buffer or returns something that is not a tensor.
     """
     builder = GraphBuilder(graph_name)
@@ -148,34 +162,34 @@ def convert(
 
     outputs: list[Tensor] = []
     assigns: list[Tensor] = []
+    # Every node is tried, so one refusal names every op that cannot be exported: a node whose
+    # input failed is skipped (its own converter cannot run), but still counted when its op
+    # has no converter at all.
+    refusals = Refusals()
     for node in program.graph.nodes:
         if node.op == "placeholder":
             continue
         if node.op == "output":
-            outputs, assigns = _outputs(ctx, program, node)
+            if not refusals:
+                outputs, assigns = _outputs(ctx, program, node)
             continue
         if node.op != "call_function":
-            raise UnsupportedOpError(
-                f"FX node {node.name!r} ({node.op}) cannot be exported (from {module_path(node)});"
-                " higher-order ops such as torch.cond are not supported: use torch.where",
-                op=str(node.target),
-                module_path=module_path(node),
-            )
-        converter = CONVERTERS.get(node.target)
+            if node.op != "get_attr":  # a subgraph of a higher-order op: counted at its call
+                refusals.add(
+                    str(node.target), module_path(node), f"FX {node.op} nodes cannot be exported"
+                )
+            continue
+        converter = converter_for(node.target)
         if converter is None:
-            name = op_name(node.target)
-            where = module_path(node)
             hint = (
-                "torch.cond / control flow operators have no GE converter; use torch.where"
-                if "higher_order" in str(node.target)
-                else "rewrite that part with supported ops, or register a converter"
+                "higher-order op: use torch.where" if "higher_order" in str(node.target) else None
             )
-            raise UnsupportedOpError(
-                f"ATen op {name} has no GE converter (from {where}); {hint}. "
-                "npu_graph_export.supported_ops() lists the ops that convert",
-                op=name,
-                module_path=where,
-            )
+            refusals.add(op_name(node.target), module_path(node), hint)
+            ctx.env[node] = FAILED
+            continue
+        if any(ctx.env.get(arg) is FAILED for arg in node.all_input_nodes):
+            ctx.env[node] = FAILED
+            continue
         ctx.node = node
         builder.scope_attrs = (
             {"nn_module_stack": _module_stack_attr(node)} if record_module_stack else {}
@@ -183,12 +197,8 @@ def convert(
         try:
             ctx.env[node] = converter(ctx, node)
         except UnsupportedOpError as error:
-            where = module_path(node)
-            raise UnsupportedOpError(
-                f"{error.message} (at {op_name(node.target)}, from {where})",
-                op=op_name(node.target),
-                module_path=where,
-            ) from error
+            refusals.add(_refused_name(node), module_path(node), error.message)
+            ctx.env[node] = FAILED
         except NpuGraphExportError:
             raise
         except Exception as error:
@@ -196,6 +206,8 @@ def convert(
                 f"converting {op_name(node.target)} (from {module_path(node)}) failed: "
                 f"{type(error).__name__}: {error}; please report this with the model"
             ) from error
+    if refusals:
+        raise refusals.error()
     builder.scope_attrs = {}
     builder.finish(outputs, controls=[a.op for a in assigns])
     _order_assigns(builder.graph, assigns)

@@ -57,9 +57,9 @@ class ExportResult:
 def supported_ops() -> list[str]:
     """Names of the ATen (and Python operator) targets that have a GE converter, sorted."""
     from npu_graph_export._convert import op_name
-    from npu_graph_export._converters import CONVERTERS
+    from npu_graph_export._converters import CONVERTERS, NAMED_CONVERTERS
 
-    return sorted({op_name(target) for target in CONVERTERS})
+    return sorted({op_name(target) for target in CONVERTERS} | set(NAMED_CONVERTERS))
 
 
 def _tensor_bytes(tensor: torch.Tensor) -> bytes:
@@ -174,7 +174,8 @@ def dynamo_export(
             the message names it, and files of an earlier export are left unchanged.
         GraphBreakError: the model is not one graph; ``DataDependentControlFlowError`` for
             branches on tensor values.
-        UnsupportedOpError: an ATen op without GE converter (message names op and module).
+        UnsupportedOpError: ATen ops without GE converter: one error names every one of them,
+            with its count and the user's source line and module of its first use.
 
     Nothing is written unless every check and the conversion succeed.
 
@@ -206,8 +207,9 @@ def dynamo_export(
             program, export_name, record_module_stack=options.enable_record_nn_module_stack
         )
     except UnsupportedOpError as error:
-        op = error.op or ""
-        training_op = "dropout" in op or ("batch_norm" in op and "no_training" not in op)
+        training_op = any(
+            "dropout" in op or ("batch_norm" in op and "no_training" not in op) for op in error.ops
+        )
         if not (model.training and training_op):
             raise
         # Forgetting eval() is the usual cause: dropout and batch norm then trace to
@@ -217,6 +219,8 @@ def dynamo_export(
             "exporting (dropout and batch-norm updates have no inference graph)",
             op=error.op,
             module_path=error.module_path,
+            ops=error.ops,
+            locations=error.locations,
         ) from error
     weight_files = _resolve_weights(converted, options, root / sub, export_name)
 

@@ -150,6 +150,7 @@ class GraphBuilder:
         inputs: Sequence[Tensor | None],
         outputs: Sequence[tuple[int, Shape]],
         attrs: Mapping[str, AttrValue] | None = None,
+        dynamic: Mapping[str, int] | None = None,
     ) -> list[Tensor]:
         """Append one op and return references to its outputs.
 
@@ -163,13 +164,15 @@ class GraphBuilder:
                 optional input.
             outputs: ``(dtype, shape)`` of each output.
             attrs: Operator attributes by GE attribute name.
+            dynamic: How many tensors each dynamic input holds, for an operator with several
+                (see :meth:`OpSpec.input_names`).
 
         Returns:
             One :class:`Tensor` per output.
         """
         spec = OPS[op_type]
         op = self.graph.op.add(name=self.unique(name), type=op_type)
-        names = spec.input_names(len(inputs))
+        names = spec.input_names(len(inputs), dynamic)
         fed: list[Tensor | None] = list(inputs)
         # Trailing optional inputs are written unfed, as TorchAir's op builders do.
         names += spec.trailing_optional(len(names))

@@ -7,6 +7,7 @@ loaded ops against it. This module must not import torch (the runtime imports it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -24,9 +25,22 @@ class OpSpec:
     outputs: tuple[str, ...]
     optional: frozenset[str] = frozenset()
 
-    def input_names(self, count: int) -> list[str]:
-        """Names of ``count`` connected inputs (dynamic inputs expanded, optional ones dropped)."""
-        return _expand(self.inputs, count)
+    def input_names(self, count: int, dynamic: Mapping[str, int] | None = None) -> list[str]:
+        """Names of ``count`` connected inputs (dynamic inputs expanded, optional ones dropped).
+
+        With one dynamic input its size is what the fixed inputs leave over; an operator with
+        several (``GroupedMatmul``) needs ``dynamic``: the size of each by stem (``{"x": 1}``),
+        0 for any not named.
+        """
+        if dynamic is None:
+            return _expand(self.inputs, count)
+        names: list[str] = []
+        for name in self.inputs:
+            if name.endswith("*"):
+                names += [f"{name[:-1]}{i}" for i in range(dynamic.get(name[:-1], 0))]
+            else:
+                names.append(name)
+        return names[:count]
 
     def trailing_optional(self, count: int) -> list[str]:
         """Optional inputs after the first ``count`` (written unfed when not connected)."""
@@ -85,6 +99,8 @@ OPS: dict[str, OpSpec] = {
             "LogicalOr",
             "BitwiseAnd",
             "BitwiseOr",
+            "FloorMod",
+            "Mod",
         )
     },
     **{
@@ -115,6 +131,14 @@ OPS: dict[str, OpSpec] = {
             "Shape",
             "Squeeze",
             "Unsqueeze",
+            "Floor",
+            "Ceil",
+            "Sign",
+            "Log1p",
+            "Expm1",
+            "LeakyRelu",
+            "Elu",
+            "LpNormV2",
         )
     },
     "SelectV2": OpSpec(("condition", "then", "else"), ("result",)),
@@ -132,10 +156,23 @@ OPS: dict[str, OpSpec] = {
     "AvgPoolV2": _UNARY,
     "AdaptiveAvgPool2d": _UNARY,
     "BNInfer": OpSpec(("x", "scale", "offset", "mean", "variance"), ("y",)),
+    "GroupNorm": OpSpec(("x", "gamma", "beta"), ("y", "mean", "variance")),
     # Reductions.
     "ReduceMean": OpSpec(("x", "axes"), ("y",)),
     "ReduceSum": OpSpec(("x", "axes"), ("y",)),
     "ReduceMax": OpSpec(("x", "axes"), ("y",)),
+    "ReduceMin": OpSpec(("x", "axes"), ("y",)),
+    "ReduceProd": OpSpec(("x", "axes"), ("y",)),
+    "ReduceAll": OpSpec(("x", "axes"), ("y",)),
+    "ReduceAny": OpSpec(("x", "axes"), ("y",)),
+    # Selection: arg-extremes, top-k, sorting, histograms.
+    "ArgMaxV2": OpSpec(("x", "dimension"), ("y",)),
+    "ArgMin": OpSpec(("x", "dimension"), ("y",)),
+    "ArgMaxWithValue": OpSpec(("x",), ("indice", "values")),
+    "ArgMinWithValue": OpSpec(("x",), ("indice", "values")),
+    "TopKV2": OpSpec(("x", "k"), ("values", "indices")),
+    "Sort": OpSpec(("x",), ("y1", "y2")),
+    "Histogram": _UNARY,
     # Shapes and data movement.
     "Reshape": OpSpec(("x", "shape"), ("y",)),
     "Transpose": OpSpec(("x", "perm"), ("y",)),
@@ -154,6 +191,34 @@ OPS: dict[str, OpSpec] = {
         ("x", "begin", "end", "axes", "strides"), ("y",), frozenset({"axes", "strides"})
     ),
     "Fill": OpSpec(("dims", "value"), ("y",)),
+    "PadV3": OpSpec(("x", "paddings", "constant_values"), ("y",), frozenset({"constant_values"})),
+    "Tile": OpSpec(("x", "multiples"), ("y",)),
+    "AsStrided": OpSpec(("x", "size", "stride", "storage_offset"), ("y",)),
+    "ReverseV2": OpSpec(("x", "axis"), ("y",)),
+    # Complex numbers and Fourier transforms over the innermost dimension(s).
+    "FFT": _UNARY,
+    "IFFT": _UNARY,
+    "FFT2D": _UNARY,
+    "IFFT2D": _UNARY,
+    "Real": OpSpec(("input",), ("output",)),
+    "Imag": OpSpec(("input",), ("output",)),
+    "Complex": OpSpec(("real", "imag"), ("out",)),
+    # Mixture-of-experts: one matrix product per group of rows.
+    "GroupedMatmul": OpSpec(
+        (
+            "x*",
+            "weight*",
+            "bias*",
+            "scale*",
+            "offset*",
+            "antiquant_scale*",
+            "antiquant_offset*",
+            "group_list",
+            "per_token_scale",
+        ),
+        ("y*",),
+        frozenset({"group_list", "per_token_scale"}),
+    ),
     "Range": OpSpec(("start", "limit", "delta"), ("y",)),
     # Collectives.
     "HcomAllReduce": _UNARY,

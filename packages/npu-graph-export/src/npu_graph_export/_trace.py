@@ -12,6 +12,7 @@ import torch
 from torch.export import Dim, ExportedProgram
 from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
+from npu_graph_export._locations import torch_cause
 from npu_graph_export._shared_inputs import shared_inputs
 from npu_graph_export.errors import (
     DataDependentControlFlowError,
@@ -334,11 +335,20 @@ def _export(
         _refuse_aliased_inputs(model, args, kwargs, error)
         text = f"{type(error).__name__}: {error}"
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else text
+        # Torch's first line names the guard (Eq(u0, 1)); the user's line that took it is
+        # further down its text, and it is what the user can change.
+        cause = torch_cause(str(error))
+        said = first_line.rstrip()
+        caused_by = ""
+        if cause:
+            said += "" if said.endswith((".", "?", "!")) else "."
+            caused_by = f" Caused by: {cause}"
         if any(marker in text for marker in _DATA_DEPENDENT_MARKERS):
             raise DataDependentControlFlowError(
                 "the model branches on tensor values (data-dependent control flow), which an "
                 "offline graph cannot express; compute both branches and select with "
-                f"torch.where, or move the decision out of forward(). Dynamo said: {first_line}"
+                f"torch.where, or move the decision out of forward(). Dynamo said: {said}"
+                f"{caused_by}"
             ) from error
         if first_line.endswith("when making fake tensor call"):
             # An op failed on the fake example inputs: the model would fail in eager too.
@@ -360,5 +370,6 @@ def _export(
             ) from error
         raise GraphBreakError(
             "Dynamo could not capture the model as one graph (fullgraph); remove the unsupported "
-            f"Python construct it names, or export a smaller module. Dynamo said: {first_line}"
+            f"Python construct it names, or export a smaller module. Dynamo said: {said}"
+            f"{caused_by}"
         ) from error

@@ -7,6 +7,7 @@ who do not know this package. Each class has a stable ``code`` for programmatic 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 __all__ = [
@@ -69,19 +70,39 @@ class DataDependentControlFlowError(GraphBreakError):
 
 
 class UnsupportedOpError(NpuGraphExportError, NotImplementedError):
-    """An ATen operator has no GE converter.
+    """ATen operators that have no GE converter, or that their converter refuses.
+
+    One error names every such op of the model at once, in the order they first occur: how many
+    nodes use it and where the first comes from in the user's code.
 
     Attributes:
-        op: The ATen operator (``aten.foo.default``), when known.
-        module_path: Where in the model the op came from, when known.
+        op: The first such ATen operator (``aten.foo.default``), when known.
+        module_path: Where in the model that first op came from, when known.
+        ops: Every such operator, with the number of graph nodes that use it.
+        locations: Where the first node of each operator came from (the user's source line and
+            module).
     """
 
     code: ClassVar[str] = "unsupported-op"
 
-    def __init__(self, message: str, *, op: str | None = None, module_path: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        op: str | None = None,
+        module_path: str | None = None,
+        ops: Mapping[str, int] | None = None,
+        locations: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.op = op
         self.module_path = module_path
+        self.ops: dict[str, int] = dict(ops) if ops is not None else ({op: 1} if op else {})
+        self.locations: dict[str, str] = (
+            dict(locations)
+            if locations is not None
+            else ({op: module_path} if op and module_path else {})
+        )
 
 
 class ModelFormatError(NpuGraphExportError, ValueError):

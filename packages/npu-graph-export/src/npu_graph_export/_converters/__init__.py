@@ -13,14 +13,32 @@ from npu_graph_export._converters import (  # noqa: F401  (imported to register)
     conv,
     creation,
     elementwise,
+    experts,
     index,
     matmul,
+    movement,
     norm,
     pool,
     reduce,
+    selection,
     shape,
+    spectral,
     symbolic,
 )
-from npu_graph_export._converters._base import CONVERTERS, Context, ge_dtype, static_shape
+from npu_graph_export._converters._base import (
+    CONVERTERS,
+    NAMED_CONVERTERS,
+    Context,
+    converter_for,
+    ge_dtype,
+    static_shape,
+)
 
-__all__ = ["CONVERTERS", "Context", "ge_dtype", "static_shape"]
+__all__ = [
+    "CONVERTERS",
+    "NAMED_CONVERTERS",
+    "Context",
+    "converter_for",
+    "ge_dtype",
+    "static_shape",
+]

@@ -263,6 +263,11 @@ Converter = Callable[[Context, fx.Node], Value]
 CONVERTERS: dict[Any, Converter] = {}
 """The one table of ATen (and Python operator) targets to their GE converter."""
 
+NAMED_CONVERTERS: dict[str, Converter] = {}
+"""Converters of operators other libraries register (``transformers.grouped_mm_fallback``), by
+the name :func:`converter_for` reads off the target: such an op exists only once its library is
+imported, which this package never does."""
+
 
 def register(*targets: Any) -> Callable[[Converter], Converter]:
     """Register a converter for each of ``targets`` (an OpOverload or a Python callable)."""
@@ -273,6 +278,32 @@ def register(*targets: Any) -> Callable[[Converter], Converter]:
         return fn
 
     return wrap
+
+
+def register_named(*names: str) -> Callable[[Converter], Converter]:
+    """Register a converter for each operator named ``namespace.name.overload``."""
+
+    def wrap(fn: Converter) -> Converter:
+        for name in names:
+            NAMED_CONVERTERS[name] = fn
+        return fn
+
+    return wrap
+
+
+def target_name(target: Any) -> str:
+    """``namespace.name.overload`` of an operator, or a Python callable's name."""
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+    return getattr(target, "__name__", str(target))
+
+
+def converter_for(target: Any) -> Converter | None:
+    """The converter of an FX call target, or None."""
+    found = CONVERTERS.get(target)
+    if found is None and isinstance(target, torch._ops.OpOverload):
+        found = NAMED_CONVERTERS.get(target_name(target))
+    return found
 
 
 def args_of(node: fx.Node) -> tuple[Any, ...]:

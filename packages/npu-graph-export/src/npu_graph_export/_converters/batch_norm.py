@@ -1,4 +1,7 @@
-"""Batch norm at inference (running statistics) as GE ``BNInfer``, NCHW, as TorchAir writes it.
+"""Batch norm: at inference as GE ``BNInfer``; by the input's own statistics, composed.
+
+At inference (running statistics) batch norm is ``BNInfer``, NCHW, as TorchAir writes it; by
+the input's own statistics (no running statistics) it is composed of reductions.
 
 ``BNInfer`` takes a 4-D ``x`` and float32 ``scale``, ``offset``, ``mean`` and ``variance`` of
 size C; a 2-d or 3-d input (``BatchNorm1d``) gets trailing size-1 dimensions first. Training
@@ -69,3 +72,54 @@ def _batch_norm_inference(ctx: Context, node: fx.Node) -> Value:
         "model.eval() and use the normalized values"
     )
     return [y, unused, unused]
+
+
+@register(aten._native_batch_norm_legit.no_stats)
+def _batch_norm_batch_statistics(ctx: Context, node: fx.Node) -> Value:
+    # Normalising by the statistics of the input itself, without running statistics (weight
+    # standardisation: F.batch_norm(w, None, None, training=True)): the batch's mean and
+    # biased variance per channel, composed of reductions as RMSNorm is. No fused GE operator
+    # computes it without also updating running statistics.
+    x_arg, weight, bias, _training, _momentum, eps = list(args_of(node))[:6]
+    dtype = ctx.out_dtype()
+    x = ctx.tensor(x_arg, dtype)
+    rank = len(x.shape)
+    if rank < 2:
+        raise UnsupportedOpError(
+            f"batch norm of a {rank}-d input: give an (N, C, ...) input with a channel dimension"
+        )
+    axes = [0, *range(2, rank)]
+    stats = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    mean = ctx.emit(
+        "ReduceMean", [x, ctx.ints(axes, "axes")], {"keep_dims": True}, shape=stats, suffix="mean"
+    )
+    centred = ctx.emit("Sub", [x, mean], suffix="centred")
+    square = ctx.emit("Mul", [centred, centred], suffix="square")
+    variance = ctx.emit(
+        "ReduceMean",
+        [square, ctx.ints(axes, "variance_axes")],
+        {"keep_dims": True},
+        shape=stats,
+        suffix="variance",
+    )
+    shifted = ctx.emit("Add", [variance, ctx.tensor(float(eps), dtype)], shape=stats, suffix="eps")
+    rstd = ctx.emit("Rsqrt", [shifted], shape=stats, suffix="rstd")
+    y = ctx.emit("Mul", [centred, rstd], suffix="normed")
+    channel = tuple(x.shape[1] if i == 1 else 1 for i in range(rank))
+    for arg, op_type, name in ((weight, "Mul", "scaled"), (bias, "Add", "shifted")):
+        if arg is not None:
+            param = ctx.tensor(arg, dtype)
+            lifted = ctx.emit(
+                "Reshape",
+                [param, ctx.ints([ctx.dim(x, 1) if i == 1 else 1 for i in range(rank)])],
+                shape=channel,
+                suffix=f"{name}/param",
+            )
+            y = ctx.emit(op_type, [y, lifted], suffix=name)
+    # ATen's other outputs: the mean and 1 / sqrt(variance + eps) per channel.
+    flat = (x.shape[1],)
+    return [
+        y,
+        ctx.emit("Reshape", [mean, ctx.ints([-1], "mean_shape")], shape=flat, suffix="save_mean"),
+        ctx.emit("Reshape", [rstd, ctx.ints([-1], "rstd_shape")], shape=flat, suffix="save_rstd"),
+    ]

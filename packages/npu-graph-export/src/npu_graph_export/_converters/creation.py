@@ -44,9 +44,10 @@ def _ones(ctx: Context, node: fx.Node) -> Value:
     return _fill(ctx, list(sizes), 1)
 
 
-@register(aten.empty.memory_format, aten.empty_strided.default)
+@register(aten.empty.memory_format, aten.empty_strided.default, aten.empty_permuted.default)
 def _empty(ctx: Context, node: fx.Node) -> Value:
-    # Uninitialised memory has no value to preserve; zeros keep the runtime deterministic.
+    # Uninitialised memory has no value to preserve; zeros keep the runtime deterministic. A
+    # memory layout (empty_permuted, empty_strided) has no meaning in a GE graph.
     return _fill(ctx, list(args_of(node)[0]), 0)
 
 

@@ -49,6 +49,9 @@ for _op_type, _targets in {
     "Maximum": (aten.maximum.default,),
     "Minimum": (aten.minimum.default,),
     "Pow": (aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar),
+    # Python's % (the sign of the divisor) and C's fmod (the sign of the dividend).
+    "FloorMod": (aten.remainder.Tensor, aten.remainder.Scalar),
+    "Mod": (aten.fmod.Tensor, aten.fmod.Scalar),
 }.items():
     register(*_targets)(_binary(_op_type))
 
@@ -144,8 +147,29 @@ for _op_type, _targets in {
     "Relu": (aten.relu.default,),
     "Reciprocal": (aten.reciprocal.default,),
     "Erf": (aten.erf.default,),
+    "Floor": (aten.floor.default,),
+    "Ceil": (aten.ceil.default,),
+    "Sign": (aten.sign.default,),
+    "Log1p": (aten.log1p.default,),
+    "Expm1": (aten.expm1.default,),
 }.items():
     register(*_targets)(_unary(_op_type))
+
+
+@register(aten.leaky_relu.default)
+def _leaky_relu(ctx: Context, node: fx.Node) -> Value:
+    slope = args_of(node)[1] if len(args_of(node)) > 1 else 0.01
+    x = ctx.tensor(args_of(node)[0], ctx.out_dtype())
+    return ctx.emit("LeakyRelu", [x], {"negative_slope": float(slope)})
+
+
+@register(aten.elu.default)
+def _elu(ctx: Context, node: fx.Node) -> Value:
+    # ATen: scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1)), as GE's Elu.
+    args = list(args_of(node)) + [None] * (4 - len(args_of(node)))
+    alpha, scale, input_scale = (1.0 if v is None else float(v) for v in args[1:4])
+    x = ctx.tensor(args[0], ctx.out_dtype())
+    return ctx.emit("Elu", [x], {"alpha": alpha, "scale": scale, "input_scale": input_scale})
 
 
 @register(aten.logical_not.default, aten.bitwise_not.default)

@@ -1,4 +1,4 @@
-"""Reductions over axes."""
+"""Reductions over axes (an empty or missing ``dim`` reduces every axis)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,11 @@ def _reduce(op_type: str) -> Any:
 
 register(aten.mean.dim, aten.mean.default)(_reduce("ReduceMean"))
 register(aten.sum.dim_IntList, aten.sum.default)(_reduce("ReduceSum"))
-register(aten.amax.default)(_reduce("ReduceMax"))
+register(aten.amax.default, aten.max.default)(_reduce("ReduceMax"))
+register(aten.amin.default, aten.min.default)(_reduce("ReduceMin"))
+register(aten.prod.dim_int, aten.prod.default)(_reduce("ReduceProd"))
+register(aten.any.default, aten.any.dim, aten.any.dims)(_reduce("ReduceAny"))
+register(aten.all.default, aten.all.dim, aten.all.dims)(_reduce("ReduceAll"))
 
 
 @register(aten.cumsum.default)

@@ -287,3 +287,10 @@ def _slice_scatter(ctx: Context, node: fx.Node) -> Value:
     if isinstance(start, int) and isinstance(end, int) and end < start:
         end = start
     return _scatter_slice(ctx, x, src, dim, start, end)
+
+
+@register(aten.flip.default)
+def _flip(ctx: Context, node: fx.Node) -> Value:
+    x = ctx.tensor(args_of(node)[0])
+    axes = [positive_dim(int(d), len(x.shape)) for d in args_of(node)[1]]
+    return ctx.emit("ReverseV2", [x, ctx.ints(axes, "axis")])

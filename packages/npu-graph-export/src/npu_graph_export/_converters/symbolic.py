@@ -35,6 +35,9 @@ _PYTHON: dict[str, Callable[[int, int], int]] = {
     "Add": operator.add,
     "Sub": operator.sub,
     "FloorDiv": operator.floordiv,
+    "FloorMod": operator.mod,
+    "Minimum": min,
+    "Maximum": max,
 }
 
 
@@ -64,6 +67,17 @@ register(operator.mul)(_arith("Mul"))
 register(operator.add)(_arith("Add"))
 register(operator.sub)(_arith("Sub"))
 register(operator.floordiv)(_arith("FloorDiv"))
+register(operator.mod)(_arith("FloorMod"))
+register(torch.sym_min)(_arith("Minimum"))
+register(torch.sym_max)(_arith("Maximum"))
+
+
+@register(operator.neg)
+def _neg(ctx: Context, node: fx.Node) -> Value:
+    value = ctx.value(args_of(node)[0])
+    if isinstance(value, int):
+        return -value
+    return ctx.emit("Neg", [ctx.tensor(args_of(node)[0], ge.DT_INT64)], dtype=ge.DT_INT64, shape=())
 
 
 @register(

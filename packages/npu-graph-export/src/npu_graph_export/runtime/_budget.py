@@ -189,8 +189,9 @@ def estimate_output_bytes(op: ge.OpDef, args: Sequence[Array]) -> int:
     """An upper bound of the bytes ``op``'s kernel allocates for its outputs, from shapes only.
 
     Ops whose output can be larger than their inputs (``BroadcastTo``, ``Fill``, ``ConcatV2``,
-    ``Pack``, ``Tile``, ``GatherV2``, ``Range``, matmul, all-gather, broadcasting elementwise
-    ops) get their own rule; anything else is bounded by the broadcast of its inputs per output.
+    ``Pack``, ``Tile``, ``PadV3``, ``AsStrided``, ``Histogram``, ``GatherV2``, ``Range``, matmuls,
+    all-gather, broadcasting elementwise ops) get their own rule; anything else is bounded by
+    the broadcast of its inputs per output.
     """
     item = max([a.itemsize for a in args] + [_declared_itemsize(op), 1])
     kind = op.type
@@ -208,6 +209,21 @@ def estimate_output_bytes(op: ge.OpDef, args: Sequence[Array]) -> int:
     elif kind == "Tile" and len(args) >= 2:
         multiples = _values(args[1])
         size = None if multiples is None else args[0].size * math.prod(abs(m) for m in multiples)
+    elif kind == "PadV3" and len(args) >= 2:
+        pads = _values(args[1])
+        if pads is not None and len(pads) == 2 * args[0].ndim:
+            # The two layouts of the paddings pair them differently; every pad added to every
+            # dimension bounds both.
+            extra = sum(abs(p) for p in pads)
+            size = math.prod(d + extra for d in args[0].shape)
+    elif kind == "AsStrided" and len(args) >= 2:
+        shape = _values(args[1])
+        size = None if shape is None else math.prod(abs(d) for d in shape)
+    elif kind == "Histogram" and "bins" in op.attr:
+        size = abs(int(op.attr["bins"].i)) + args[0].size if args else 0
+        item = max(item, 8)
+    elif kind == "GroupedMatmul" and len(args) >= 2 and args[0].ndim == 2 and args[1].ndim == 3:
+        size = 2 * args[0].shape[0] * max(args[1].shape[1:])
     elif kind == "OneHot" and len(args) >= 2:
         depth = _values(args[1])
         size = None if not depth else args[0].size * abs(depth[0])

@@ -12,7 +12,9 @@ from npu_graph_export.runtime._kernels import (  # noqa: F401  (imported to regi
     index,
     nn,
     reduce,
+    selection,
     shape,
+    spectral,
 )
 from npu_graph_export.runtime._kernels._base import (
     KERNELS,

@@ -50,6 +50,8 @@ _BINARY: dict[str, Callable[[Array, Array], Array]] = {
     "LogicalOr": np.logical_or,
     "BitwiseAnd": np.bitwise_and,
     "BitwiseOr": np.bitwise_or,
+    "FloorMod": np.mod,  # the sign of the divisor, as Python's %
+    "Mod": np.fmod,  # the sign of the dividend, as C's fmod
 }
 for _name, _fn in _BINARY.items():
     register(_name, _simple(_fn))
@@ -79,6 +81,11 @@ _UNARY: dict[str, Callable[[Array], Array]] = {
     "LogicalNot": np.logical_not,
     "OnesLike": np.ones_like,
     "ZerosLike": np.zeros_like,
+    "Floor": np.floor,
+    "Ceil": np.ceil,
+    "Sign": np.sign,
+    "Log1p": np.log1p,
+    "Expm1": np.expm1,
 }
 for _name, _fn1 in _UNARY.items():
     register(_name, (lambda f: lambda op, xs, _: [np.asarray(f(xs[0]))])(_fn1))
@@ -106,6 +113,22 @@ def _gelu_v2(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
 def _swish(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     x = xs[0]
     return [np.asarray(x * _sigmoid(x * np.asarray(attr_float(op, "scale", 1.0), x.dtype)))]
+
+
+@kernel("LeakyRelu")
+def _leaky_relu(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    x = xs[0]
+    slope = np.asarray(attr_float(op, "negative_slope", 0.0), x.dtype)
+    return [np.where(x > 0, x, x * slope)]
+
+
+@kernel("Elu")
+def _elu(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    x = xs[0]
+    alpha, scale, input_scale = (
+        np.asarray(attr_float(op, name, 1.0), x.dtype) for name in ("alpha", "scale", "input_scale")
+    )
+    return [scale * np.where(x > 0, x, alpha * np.expm1(x * input_scale))]
 
 
 @kernel("Cast")

@@ -65,14 +65,17 @@ def _pads(op: ge.OpDef) -> tuple[int, int, int, int]:
 def pooled_size(size: int, window: int, stride: int, before: int, after: int, ceil: bool) -> int:
     """Output length along one axis, by GE's and PyTorch's formula.
 
-    In ceil mode a last window must still start inside the input or its leading padding.
+    In ceil mode a last window must still start inside the input or its leading padding, and a
+    window larger than the padded input still gives one output (EfficientNet's head pools a
+    2 x 2 map with a 320 x 320 window).
     """
     span = size + before + after - window
-    if span < 0:
-        raise KernelError(f"a window of {window} does not fit an input of {size} (padded)")
+    # Python's floor division rounds toward -inf, so a negative span counts right in both modes.
     count = (span + (stride - 1 if ceil else 0)) // stride + 1
-    if ceil and (count - 1) * stride >= size + before:
+    if ceil and count > 1 and (count - 1) * stride >= size + before:
         count -= 1
+    if count < 1:
+        raise KernelError(f"a window of {window} does not fit an input of {size} (padded)")
     return count
 
 

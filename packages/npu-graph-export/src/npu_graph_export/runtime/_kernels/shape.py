@@ -1,7 +1,11 @@
-"""Kernels that make or rearrange shapes: reshape, transpose, concat, split, slice, fill, range."""
+"""Kernels that make or rearrange shapes.
+
+Reshape, transpose, concat, split, slice, fill, range, pad, tile, strided views, reverse.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -11,8 +15,10 @@ from npu_graph_export.runtime._kernels._base import (
     Array,
     Collectives,
     KernelError,
+    attr_bool,
     attr_int,
     attr_ints,
+    attr_str,
     attr_type,
     check_size,
     checked_shape,
@@ -125,3 +131,73 @@ def _range(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
         raise KernelError("Range needs finite bounds and a non-zero delta")
     check_size(int(abs((limit - start) / delta)) + 1, np.asarray(xs[0]).dtype.itemsize, "Range")
     return [np.arange(start, limit, delta, dtype=np.asarray(xs[0]).dtype)]
+
+
+_PAD_MODES = ("constant", "reflect", "edge")  # GE's names are numpy's
+
+
+@kernel("PadV3")
+def _pad(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    x = xs[0]
+    flat = [int(v) for v in np.asarray(xs[1]).reshape(-1)]
+    if len(flat) != 2 * x.ndim:
+        raise KernelError(f"PadV3 paddings {flat} must hold 2 values per dimension of {x.ndim}")
+    if attr_bool(op, "paddings_contiguous", True):
+        pairs = [(flat[2 * i], flat[2 * i + 1]) for i in range(x.ndim)]
+    else:  # all begins, then all ends
+        pairs = [(flat[i], flat[x.ndim + i]) for i in range(x.ndim)]
+    if any(p < 0 for pair in pairs for p in pair):
+        raise KernelError(f"PadV3 paddings {flat} must not be negative")
+    mode = attr_str(op, "mode", "constant")
+    if mode not in _PAD_MODES:
+        raise KernelError(f"PadV3 mode {mode!r} is not supported ({', '.join(_PAD_MODES)})")
+    shape = tuple(d + a + b for d, (a, b) in zip(x.shape, pairs, strict=True))
+    check_size(math.prod(shape), x.itemsize, f"padded shape {list(shape)}")
+    if mode == "reflect":
+        return [np.pad(x, pairs, mode="reflect")]
+    if mode == "edge":
+        return [np.pad(x, pairs, mode="edge")]
+    value = np.asarray(xs[2]).reshape(-1) if len(xs) > 2 else np.zeros(1, x.dtype)
+    fill = value[0] if value.size else np.zeros((), x.dtype)
+    return [np.pad(x, pairs, mode="constant", constant_values=fill)]
+
+
+@kernel("Tile")
+def _tile(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    x = xs[0]
+    multiples = [int(v) for v in np.asarray(xs[1]).reshape(-1)]
+    if len(multiples) != x.ndim or any(m < 0 for m in multiples):
+        raise KernelError(
+            f"Tile multiples {multiples} must be one non-negative count per dimension of {x.ndim}"
+        )
+    return [np.tile(x, multiples)]
+
+
+@kernel("AsStrided")
+def _as_strided(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    # Element strides into the input's row-major values (GE tensors are dense).
+    flat = np.ascontiguousarray(xs[0]).reshape(-1)
+    size = [int(v) for v in np.asarray(xs[1]).reshape(-1)]
+    stride = [int(v) for v in np.asarray(xs[2]).reshape(-1)]
+    offset = int(np.asarray(xs[3]).reshape(-1)[0]) if xs[3].size else 0
+    if len(size) != len(stride) or any(d < 0 for d in size) or any(s < 0 for s in stride):
+        raise KernelError(f"AsStrided size {size} and stride {stride} do not fit together")
+    check_size(math.prod(size), flat.itemsize, f"AsStrided size {size}")
+    if math.prod(size) == 0:
+        return [np.zeros(size, flat.dtype)]
+    last = offset + sum((d - 1) * s for d, s in zip(size, stride, strict=True))
+    if offset < 0 or last >= flat.size:
+        raise KernelError(
+            f"AsStrided reads element {last} (offset {offset}) of an input of {flat.size}"
+        )
+    view = np.lib.stride_tricks.as_strided(
+        flat[offset:], shape=size, strides=[s * flat.itemsize for s in stride], writeable=False
+    )
+    return [np.array(view, copy=True)]
+
+
+@kernel("ReverseV2")
+def _reverse(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    x = xs[0]
+    axes = tuple(normalize_axis(a, x.ndim) for a in np.asarray(xs[1]).reshape(-1))
+    return [np.flip(x, axes) if axes else x]
