@@ -469,6 +469,27 @@ def patterns(session: nox.Session) -> None:
     )
 
 
+@nox.session(python=PYTHONS[0], name="export-sweep", default=False)
+def export_sweep(session: nox.Session) -> None:
+    """PyTorch's HF list and the vision list through dynamo_export and the runtime (docs/export.md).
+
+    Every model static, the causal LMs with dynamic=True too, through the numpy runtime against
+    eager, one process per model (about 10 minutes on two cores). npu-graph-export alone is
+    installed, as its users have it. `nox -s export-sweep -- --models BertForMaskedLM` runs
+    some; then the table is written to build/export/ only, not over docs/export.md.
+    """
+    session.install(*CONSTRAINTS, *TEST_TOOLS, *_editables("npu-graph-export"))
+    out = ROOT / "build" / "export"
+    docs = out / "export.md" if session.posargs else ROOT / "docs" / "export.md"
+    session.run(
+        "python",
+        "benchmarks/export_sweep.py",
+        f"--out={out}",
+        f"--docs={docs}",
+        *session.posargs,
+    )
+
+
 @nox.session(python=PYTHONS[0], name="first-call", default=False)
 def first_call(session: nox.Session) -> None:
     """First call of each model of the HF list, npu_compile against Inductor, cold caches."""
