@@ -3,9 +3,10 @@
 ``nox -s patterns`` runs every pattern of ``benchmarks/_patterns.py`` with npu_compile and
 ``aot_eager`` (``docs/patterns.md``), torchao's, peft's and diffusers' among them. CI runs the
 cheap ones that need nothing beyond transformers: a train step compiled with its backward and
-AdamW step inside, compiled autograd, a channels_last ResNet in inference, and DDP with an MLP
-on two gloo processes (Dynamo's DDPOptimizer splits its graph at four buckets). Each must equal
-eager, fall back nowhere, be captured whole and replay what it captured.
+AdamW step inside, compiled autograd, a channels_last ResNet in inference, a float32 region
+inside bfloat16 autocast, and DDP with an MLP on two gloo processes (Dynamo's DDPOptimizer
+splits its graph at four buckets). Each must equal eager (dtypes included), fall back nowhere,
+be captured whole and replay what it captured.
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ SUBSET = [
         ),
     ),
     "channels_last_inference",
+    pytest.param(
+        "autocast_region",
+        marks=_fails_today(
+            "the float32 region comes back in bfloat16: the captured graph runs without AOT's "
+            "runtime wrapper, which turns autocast off around the graph"
+        ),
+    ),
     pytest.param(
         "ddp_mlp",
         marks=_fails_today(
