@@ -59,6 +59,12 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "not negative (PadV3 cannot crop)",
     ),
     PrivateApi(
+        "torch._decomp.decomposition_table",
+        "decompositions",
+        "_trace.py decomposes interpolation (upsample_*) with torch's own decompositions, which "
+        "keep PyTorch's indexing, instead of GE's resize operators",
+    ),
+    PrivateApi(
         "torch._check",
         "FX symbolic shapes",
         "_converters/symbolic.py drops the trace-time asserts export may leave as nodes",
@@ -71,7 +77,7 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch._ops.OpOverload",
         "dispatch",
-        "_convert.py finds the converter of an ATen op node by its overload",
+        "_converters/_base.py names an ATen op node by its overload and finds its converter",
     ),
     PrivateApi(
         "torch.distributed.distributed_c10d._resolve_process_group",

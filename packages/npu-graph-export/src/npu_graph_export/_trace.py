@@ -49,11 +49,38 @@ _DATA_DEPENDENT_MARKERS = (
 )
 
 
+# Interpolation stays whole in core ATen, but GE's resize operators index the input the way
+# TensorFlow does, which differs from PyTorch for scales that are not whole numbers: torch's own
+# decompositions (index arithmetic, gathers, lerps) keep PyTorch's numbers exactly.
+_DECOMPOSED = (
+    aten.upsample_nearest1d.vec,
+    aten.upsample_nearest1d.default,
+    aten.upsample_nearest2d.vec,
+    aten.upsample_nearest2d.default,
+    aten.upsample_nearest3d.vec,
+    aten.upsample_nearest3d.default,
+    aten._upsample_nearest_exact1d.vec,
+    aten._upsample_nearest_exact2d.vec,
+    aten._upsample_nearest_exact3d.vec,
+    aten.upsample_linear1d.vec,
+    aten.upsample_linear1d.default,
+    aten.upsample_bilinear2d.vec,
+    aten.upsample_bilinear2d.default,
+    aten.upsample_trilinear3d.vec,
+    aten.upsample_trilinear3d.default,
+)
+
+
 def _decompositions() -> Any:
+    from torch._decomp import decomposition_table
+
     table = torch.export.default_decompositions()
     for op in _PRESERVED:
         if op in table:
             del table[op]
+    for op in _DECOMPOSED:
+        if op in decomposition_table:
+            table[op] = decomposition_table[op]
     return table
 
 
