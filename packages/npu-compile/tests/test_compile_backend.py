@@ -70,9 +70,10 @@ def test_round_trip_equals_eager_and_counts_captures_and_replays(
     assert kinds.count(InputKind.MUTATED) == 1  # the cache buffer
     assert kinds.count(InputKind.PARAMETER) == 2  # weight and bias
     assert kinds.count(InputKind.USER) == 2  # x and pos
-    # Dynamo's guards pin x and pos down, so only the cache (used in place) is keyed.
+    # Dynamo's guards pin x and pos down, so only the cache (used in place) is keyed, with the
+    # autocast state (off).
     cache = model.cache
-    assert runner.graph_keys == ((len(kinds), cache.shape, cache.dtype, cache.stride()),)
+    assert runner.graph_keys == ((len(kinds), cache.shape, cache.dtype, cache.stride(), False),)
 
 
 def test_static_graph_without_mutations_has_a_constant_key() -> None:

@@ -110,6 +110,29 @@ def _static_kernel_fails(monkeypatch: pytest.MonkeyPatch) -> Any:
     return stack
 
 
+@torch.library.custom_op("npu_compile_test::between_pieces", mutates_args=())
+def _between_pieces(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@_between_pieces.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _splits_a_scope(x: torch.Tensor) -> torch.Tensor:
+    import npu_streams
+
+    with npu_streams.npu_stream_switch("side"):
+        y = torch.ops.npu_compile_test.between_pieces(x * 2) + 1
+    return y * 3
+
+
+def _reads_between_rows(x: torch.Tensor) -> torch.Tensor:
+    # Called with a slice: the gaps between its rows are not in the static copy of it.
+    return x.as_strided((3, 16), (16, 1)).sum(-1)
+
+
 _LINEAR = torch.nn.Linear(2, 2)
 
 CASES: dict[FallbackReason, Case] = {
@@ -124,6 +147,12 @@ CASES: dict[FallbackReason, Case] = {
     FallbackReason.EXTERNAL_STATE: (_attends, (torch.ones(2),), _on_a_device),
     FallbackReason.SPLITTING_OPS: (_plus_one, (torch.ones(2),), _inference),
     FallbackReason.STATIC_KERNEL_FAILED: (_plus_one, (torch.ones(3),), _static_kernel_fails),
+    FallbackReason.SPLIT_IN_STREAM_SCOPE: (_splits_a_scope, (torch.ones(2),), _inference),
+    FallbackReason.STORAGE_READ: (
+        _reads_between_rows,
+        (torch.randn(5, 16)[:, 2:10],),
+        _inference,
+    ),
 }
 
 # With piecewise capture (the default) these graphs are split instead: the whole-graph reasons
@@ -191,6 +220,8 @@ def compile_case(
             config.aclgraph_config.piecewise = False
         if reason is FallbackReason.SPLITTING_OPS:
             config.aclgraph_config.splitting_ops = ["aten::add"]  # its only operator
+        if reason is FallbackReason.SPLIT_IN_STREAM_SCOPE:
+            config.aclgraph_config.splitting_ops = ["npu_compile_test::between_pieces"]
         if reason is FallbackReason.STATIC_KERNEL_FAILED:
             static = config.experimental_config.aclgraph
             static._aclnn_static_shape_kernel = True

@@ -136,3 +136,146 @@ def test_record_and_wait_under_the_backend_on_the_accelerator(fresh_tagged_event
     assert backend.stats.captured == 1
     assert backend.stats.piecewise == 0, backend.stats.splits
     assert backend.stats.fallbacks == []
+
+
+# -- stream scopes in a graph split into pieces ----------------------------------------------
+
+
+@torch.library.custom_op("npu_compile_test::opaque", mutates_args=())
+def _opaque(x: torch.Tensor) -> torch.Tensor:
+    # Stands for an op that runs between pieces (vLLM's attention, named in splitting_ops).
+    return x.clone()
+
+
+@_opaque.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _split_then_side_stream(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    o = torch.ops.npu_compile_test.opaque(y)
+    with npu_streams.npu_stream_switch("side"):
+        z = o + 1
+    return z * 3
+
+
+def _split_inside_the_scope(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    with npu_streams.npu_stream_switch("side"):
+        z = torch.ops.npu_compile_test.opaque(y) + 1
+    return z * 3
+
+
+def _split_at_opaque() -> npu_compile.NpuBackend:
+    config = npu_compile.CompilerConfig()
+    config.aclgraph_config.splitting_ops = ["npu_compile_test::opaque"]
+    return npu_compile.get_npu_backend(compiler_config=config)
+
+
+@pytest.fixture
+def pieces(monkeypatch: pytest.MonkeyPatch) -> list[torch.fx.GraphModule]:
+    """The graphs of the pieces the backend captures, in order."""
+    from npu_compile import _build
+
+    made: list[torch.fx.GraphModule] = []
+    real = _build.piecewise
+
+    def spy(gm: torch.fx.GraphModule, plan: Any, make_runner: Any) -> Any:
+        def making(piece: torch.fx.GraphModule, kinds: Any) -> Any:
+            made.append(piece)
+            return make_runner(piece, kinds)
+
+        return real(gm, plan, making)
+
+    monkeypatch.setattr(_build, "piecewise", spy)
+    return made
+
+
+def _internal(piece: torch.fx.GraphModule) -> list[str]:
+    return [
+        f"{str(n.target).split('.')[1]}({n.args[0]})"
+        for n in piece.graph.nodes
+        if "internal_event" in str(n.target)
+    ]
+
+
+@pytest.mark.parametrize("where", ["cpu", "meta"])
+def test_each_piece_forks_and_joins_its_own_side_streams(
+    where: str,
+    request: pytest.FixtureRequest,
+    pieces: list[torch.fx.GraphModule],
+    fresh_tagged_events: None,
+) -> None:
+    # The graph's fork used to be recorded in piece 0 and waited on in piece 1: a device refuses
+    # a wait on an event another capture recorded, and eagerly the side stream was not ordered
+    # after the split op between the pieces.
+    device = request.getfixturevalue("meta_device") if where == "meta" else torch.device("cpu")
+    backend = _split_at_opaque()
+    compiled = torch.compile(_split_then_side_stream, backend=backend, fullgraph=True)
+    with torch.no_grad():
+        for i in range(3):
+            x = torch.randn(4, generator=torch.Generator().manual_seed(i)).to(device)
+            out = compiled(x)
+            if where == "cpu":
+                torch.testing.assert_close(out, _split_then_side_stream(x), rtol=0, atol=0)
+    assert backend.stats.fallback_reasons == {}
+    assert len(pieces) == 2, [_internal(p) for p in pieces]
+    for piece in pieces:
+        assert npu_streams.unmatched_waits(piece) == [], _internal(piece)
+    first, second = (_internal(p) for p in pieces)
+    assert first == []  # no side stream in the first piece: nothing to fork
+    assert [event.split("(")[0] for event in second] == [
+        "internal_event_record",  # fork, at the piece's start on the main stream
+        "internal_event_wait",  # the side stream waits on it
+        "internal_event_record",  # join, on the side stream before its scope ends
+        "internal_event_wait",  # the main stream waits before the piece returns
+    ]
+
+
+def test_a_split_inside_a_stream_scope_runs_eagerly_with_its_reason(
+    fresh_tagged_events: None,
+) -> None:
+    backend = _split_at_opaque()
+    compiled = torch.compile(_split_inside_the_scope, backend=backend, fullgraph=True)
+    with torch.no_grad():
+        x = torch.randn(4)
+        torch.testing.assert_close(compiled(x), _split_inside_the_scope(x), rtol=0, atol=0)
+    assert set(backend.stats.fallback_reasons.values()) == {
+        npu_compile.FallbackReason.SPLIT_IN_STREAM_SCOPE
+    }
+
+
+def test_prepare_piece_drops_dependencies_across_pieces(fresh_tagged_events: None) -> None:
+    # wait(marker) of a tensor made before the split: its record lies in the earlier piece. The
+    # later piece's fork orders the side stream after it; the cross-piece pair goes.
+    def waits_across(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        marker = npu_streams.record()
+        o = torch.ops.npu_compile_test.opaque(y)
+        with npu_streams.npu_stream_switch("side"):
+            npu_streams.wait([marker])
+            z = o + 1
+        return z * 3
+
+    graph = _aot_forward(waits_across, torch.ones(4))
+    npu_streams.prepare_for_capture(graph)
+    opaque = next(n for n in graph.graph.nodes if "opaque" in str(n.target))
+    from torch.fx.passes.split_module import split_module
+
+    before = {n.name for n in graph.graph.nodes}
+    seen_opaque = False
+    part: dict[str, int] = {}
+    for node in graph.graph.nodes:
+        if node is opaque:
+            seen_opaque = True
+            part[node.name] = 1
+        elif node.name in before and node.op not in ("placeholder", "output"):
+            part[node.name] = 2 if seen_opaque else 0
+    split = split_module(graph, graph, lambda n: part[n.name], keep_original_order=True)
+    later = split.submod_2
+    assert npu_streams.unmatched_waits(later) != []  # the whole graph's fork and the marker
+    npu_streams.prepare_piece(later)
+    assert npu_streams.unmatched_waits(later) == []
+    (out,) = split(torch.ones(4))
+    torch.testing.assert_close(out, waits_across(torch.ones(4)))

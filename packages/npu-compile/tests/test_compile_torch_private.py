@@ -242,8 +242,34 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch._dynamo.utils.counters",
         "Dynamo",
-        "bench records torch's cudagraph_skips count for each decode-step variant",
-        optional="the bench report leaves the skip count out",
+        "_pipeline counts each AOT compile as torch's AOT backends do (DDPOptimizer pairs its "
+        "buckets' forwards and backwards by it); bench records torch's cudagraph_skips count",
+    ),
+    PrivateApi(
+        "torch._dynamo.utils.flatten_graph_inputs",
+        "Dynamo",
+        "_pipeline flattens a graph whose inputs nest (compiled autograd's list of tensors)",
+    ),
+    PrivateApi(
+        "torch._compile._disable_dynamo",
+        "Dynamo",
+        "_training keeps Dynamo from tracing the backward compiler, which autograd calls, and "
+        "the backward it returns (torch._dynamo.disable, imported when first called)",
+    ),
+    PrivateApi(
+        "torch._inductor.debug.enable_aot_logging",
+        "Inductor",
+        "_pipeline compiles under AOT's logging, as torch's AOT backends do",
+    ),
+    PrivateApi(
+        "torch._C._is_any_autocast_enabled",
+        "autocast",
+        "_pipeline keeps AOT's runtime wrapper (which turns autocast off) under autocast",
+    ),
+    PrivateApi(
+        "torch._subclasses.fake_tensor.unset_fake_temporarily",
+        "fake tensors",
+        "_capturable compares an as_strided read with its input's elements on real indices",
     ),
     PrivateApi(
         "torch._dynamo.config.debug_dir_root",

@@ -40,7 +40,8 @@ def test_unguarded_arguments_stay_in_the_key() -> None:
     x = torch.randn(2, 4)
     torch.testing.assert_close(runner(x, w, 2), scaled(x, w, 2))
     torch.testing.assert_close(runner(x, w, 3), scaled(x, w, 3))
-    assert runner.graph_keys == ((3, 2, int), (3, 3, int))
+    # The last part: autocast is off.
+    assert runner.graph_keys == ((3, 2, int, False), (3, 3, int, False))
 
 
 def test_guarded_flags_must_match_the_arguments() -> None:
@@ -120,17 +121,34 @@ def test_emulated_replay_leaves_a_user_input_the_callable_writes_alone() -> None
     assert runner.counters.replays == 2
 
 
-def test_emulated_replay_of_inputs_with_other_strides() -> None:
-    # A callable that reads memory order (as a stride-specialised kernel does) sees the static
-    # input's layout on a device, whatever the caller's strides are.
+def test_inputs_with_other_strides_get_a_graph_of_their_own() -> None:
+    # A callable that reads memory order (as_strided, a stride-specialised kernel) must see the
+    # caller's layout, as eager does: a transposed input of the same shape and dtype is another
+    # key, captured on a static copy with the transposed strides.
     def flat(x: torch.Tensor) -> torch.Tensor:
         return torch.as_strided(x, (16,), (1,)) * 1
 
     runner = GraphRunner(flat, input_kinds=[U])
     runner(torch.randn(4, 4))
-    x = torch.arange(16.0).reshape(4, 4).t()  # same shape and dtype, same key, other strides
-    assert runner(x).tolist() == x.contiguous().view(-1).tolist()
-    assert runner.counters.replays == 1
+    for start in (0.0, 100.0):
+        x = (torch.arange(16.0) + start).reshape(4, 4).t()
+        assert x.stride() == (1, 4)
+        assert runner(x).tolist() == flat(x).tolist()
+    assert (runner.counters.captures, runner.counters.replays) == (2, 1)
+
+
+def test_a_sliced_input_keeps_its_strides_and_gaps_stay_unread() -> None:
+    # x[:, 2:10] of a (4, 16) tensor: rows 16 apart. The static copy keeps those strides, so a
+    # graph traced with them (Dynamo bakes the caller's strides into as_strided) reads the
+    # copied elements, never a gap.
+    def windows(x: torch.Tensor) -> torch.Tensor:
+        return x.as_strided((2, 3, 4), (16, 2, 1)).sum(-1)
+
+    runner = GraphRunner(windows, input_kinds=[U])
+    for _ in range(3):
+        x = torch.randn(4, 16)[:, 2:10]
+        torch.testing.assert_close(runner(x), windows(x), rtol=0, atol=0)
+    assert (runner.counters.captures, runner.counters.replays) == (1, 2)
 
 
 def test_feeding_an_output_back_as_the_next_input() -> None:

@@ -54,7 +54,11 @@ def test_key_includes_int_arguments_and_one_graph_per_key() -> None:
         assert runner(x, 3).tolist() == [3, 3, 3]
     assert runner.num_graphs == 2
     size, f32 = torch.Size([3]), torch.float32
-    assert runner.graph_keys == ((2, size, f32, 2, int), (2, size, f32, 3, int))
+    # Per key: shape, dtype and strides of the tensor, the int and its type, autocast off.
+    assert runner.graph_keys == (
+        (2, size, f32, (1,), 2, int, False),
+        (2, size, f32, (1,), 3, int, False),
+    )
 
 
 def test_container_types_and_constants_are_kept() -> None:
@@ -272,7 +276,10 @@ def test_specialize_is_called_once_per_new_key() -> None:
     assert runner(torch.ones(2)).tolist() == [10, 10]
     runner(torch.ones(2))
     runner(torch.ones(3))
-    assert seen == [(1, torch.Size([2]), torch.float32), (1, torch.Size([3]), torch.float32)]
+    assert seen == [
+        (1, torch.Size([2]), torch.float32, (1,), False),
+        (1, torch.Size([3]), torch.float32, (1,), False),
+    ]
 
 
 def test_warmup_runs_are_eager_then_the_key_is_captured() -> None:

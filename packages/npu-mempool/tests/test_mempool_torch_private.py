@@ -114,6 +114,12 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "_capture gives an input whose elements share memory (an expanded tensor) a buffer",
     ),
     PrivateApi(
+        "torch._C._is_any_autocast_enabled",
+        "autocast",
+        "_keys tells autocast's state apart in a graph key, _capture turns autocast's weight "
+        "cache off while it captures; one C call per call while autocast is off",
+    ),
+    PrivateApi(
         "torch._foreach_copy_",
         "dispatch",
         "_entry and the emulated graph copy every input into its static buffer in one call",

@@ -289,3 +289,60 @@ def test_join_precedes_input_mutation_copies() -> None:
         "aten.copy_.default"
     )
     torch.testing.assert_close(module.kv[:, 0], torch.tensor([2.0, 0.0, 2.0, 0.0]))
+
+
+def _split_in_two(gm: torch.fx.GraphModule, at: str) -> torch.fx.GraphModule:
+    """``gm`` split before the first node whose target names ``at`` (pieces submod_0, submod_1)."""
+    from torch.fx.passes.split_module import split_module
+
+    part: dict[str, int] = {}
+    current = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and at in str(node.target):
+            current = 1
+        part[node.name] = current
+    return split_module(gm, gm, lambda node: part[node.name], keep_original_order=True)
+
+
+def test_each_piece_of_a_split_graph_gets_its_own_fork_and_join() -> None:
+    # The whole graph's fork is recorded in its first piece: a later piece that captures on its
+    # own would wait on an event another capture recorded. prepare_piece gives it its own.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = x.sin()
+        z = y.cos()  # the graph is split before this node
+        with npu_stream_switch("side"):
+            w = z + 1
+        return w * 3
+
+    x = torch.randn(4)
+    gm, _ = _compile_prepared(fn, [x])
+    split = _split_in_two(gm, "cos")
+    first, second = split.submod_0, split.submod_1
+    assert npu_streams.unmatched_waits(second)  # the fork's wait, its record in submod_0
+    for piece in (first, second):
+        npu_streams.prepare_piece(piece)
+        assert npu_streams.unmatched_waits(piece) == []
+    assert _stream_calls(first) == []
+    assert _stream_calls(second) == [
+        ("internal_event_record", "fork", "default"),
+        ("stream_enter", "side", "side"),
+        ("internal_event_wait", "fork", "side"),
+        ("internal_event_record", "join0", "side"),
+        ("stream_exit", "side", "side"),
+        ("internal_event_wait", "join0", "default"),
+    ]
+    (out,) = split(x)
+    torch.testing.assert_close(out, fn(x))
+
+
+def test_prepare_piece_refuses_a_piece_that_cuts_a_scope() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        with npu_stream_switch("side"):
+            y = x.sin()
+            z = y.cos()  # split here: the scope is cut in two
+        return z
+
+    gm, _ = _compile_prepared(fn, [torch.randn(4)])
+    split = _split_in_two(gm, "cos")
+    with pytest.raises(StreamScopeError, match="is opened but never closed"):
+        npu_streams.prepare_piece(split.submod_0)

@@ -17,6 +17,7 @@ __all__ = [
     "op_name",
     "op_tags",
     "records_autograd",
+    "storage_read_reason",
     "uncapturable_reason",
     "unsafe_tag",
 ]
@@ -75,6 +76,98 @@ HOST_SYNC_OPS: frozenset[object] = frozenset(
         torch.ops.aten.item.default,
     }
 )
+
+
+#: Ops that address an input's storage directly, by offset and strides of their own.
+_STORAGE_VIEWS = frozenset({"as_strided", "as_strided_", "as_strided_copy", "as_strided_scatter"})
+#: The most elements whose addresses are compared one by one to prove a read stays inside an
+#: input (compile time only).
+_ADDRESS_LIMIT = 1 << 22
+
+
+def storage_read_reason(
+    gm: torch.fx.GraphModule, copied: Sequence[bool], example_inputs: Sequence[object]
+) -> str | None:
+    """Why the graph reads a copied input's memory that its static copy does not hold.
+
+    A copied input (a USER input, whose values the runner copies into a static buffer of the
+    caller's strides) holds the input's elements and nothing else: not the gaps of a slice, not
+    the memory around it, and its storage begins at the first element (offset 0). ``as_strided``
+    addresses storage itself. On the input (or a view of it) it is right on the copy only when it
+    reads the input's own elements, at an offset relative to it (no explicit ``storage_offset``
+    unless the input starts its storage). Anything else would read other memory on replay and
+    give another number than eager, so such a graph is not captured.
+    """
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    for node, copy, example in zip(placeholders, copied, example_inputs, strict=False):
+        if not copy or not isinstance(example, torch.Tensor):
+            continue
+        stack, seen = [node], {node}
+        while stack:
+            current = stack.pop()
+            for user in current.users:
+                op = user.target
+                if not isinstance(op, torch._ops.OpOverload) or not user.args:
+                    continue
+                if user.args[0] is not current or user in seen:
+                    continue
+                if op_name(op).removeprefix("aten::") in _STORAGE_VIEWS:
+                    problem = _outside(example, user)
+                    if problem is not None:
+                        what = problem.format(input=f"input {node.name}")
+                        return (
+                            f"node {user.name} ({op}) {what}, which the "
+                            "static copy a captured graph reads does not hold; pass the input "
+                            "contiguous, or index it instead of using as_strided"
+                        )
+                elif op.is_view:
+                    seen.add(user)
+                    stack.append(user)
+    return None
+
+
+def _outside(example: torch.Tensor, node: torch.fx.Node) -> str | None:
+    """What ``node`` (an ``as_strided`` of ``example`` or of a view of it) reads outside it.
+
+    The answer names the input as ``{input}``.
+    """
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return "reads memory of {input} that cannot be shown to be its elements"
+    layouts = [
+        (example.shape, example.stride(), example.storage_offset()),
+        (value.shape, value.stride(), value.storage_offset()),
+    ]
+    if any(
+        not isinstance(v, int)
+        for shape, stride, offset in layouts
+        for v in (*shape, *stride, offset)
+    ):
+        return "reads {input} through a symbolic layout, which cannot be shown to stay inside it"
+    explicit = len(node.args) > 3 and node.args[3] is not None
+    if explicit and example.storage_offset() != 0:
+        return "addresses {input} at a fixed storage offset, where its copy starts elsewhere"
+    if value.numel() == 0:
+        return None
+    if value.numel() > _ADDRESS_LIMIT or example.numel() > _ADDRESS_LIMIT:
+        return "reads more of {input} than can be compared element by element"
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    # Called while AOT traces under its fake mode: these index tensors must be real.
+    with unset_fake_temporarily():
+        read, own = (
+            _addresses(shape, stride, int(offset)) for shape, stride, offset in reversed(layouts)
+        )
+        inside = bool(torch.isin(read, own).all())
+    return None if inside else "reads memory between or around the elements of {input}"
+
+
+def _addresses(shape: Sequence[int], stride: Sequence[int], offset: int) -> torch.Tensor:
+    """Every storage index a layout reaches."""
+    index = torch.tensor([offset], dtype=torch.int64)
+    for size, step in zip(shape, stride, strict=True):
+        index = (index[:, None] + torch.arange(size, dtype=torch.int64) * step).reshape(-1)
+    return index
 
 
 def op_name(target: object) -> str:

@@ -24,20 +24,24 @@ from npu_compile._static_kernels import specialized_per_shape, specializer
 from npu_compile._stats import BackendStats
 from npu_compile.errors import BackendError, FallbackReason
 
-__all__ = ["eager_forward", "fall_back", "forward_of", "report", "static_kernels_lost"]
+__all__ = ["boxed", "eager_forward", "fall_back", "forward_of", "report", "static_kernels_lost"]
 
 logger = logging.getLogger("npu_compile")
 
 CompiledFn = Callable[..., Any]
 
 
-def forward_of(gm: torch.fx.GraphModule) -> CompiledFn:
+def forward_of(gm: torch.nn.Module) -> CompiledFn:
     """``gm.forward`` as the generated function itself.
 
     A lazily recompiled GraphModule's ``forward`` is a stub that recompiles and then goes through
     ``nn.Module.__call__`` on every call (several µs); compiling now binds the real code. A graph
     with stream scopes closes the scopes an exception leaves open.
     """
+    if not isinstance(gm, torch.fx.GraphModule):
+        # torch's GmWrapper, around a graph whose inputs nest: it unflattens and calls the graph.
+        wrapper: CompiledFn = gm.forward
+        return wrapper
     _LazyGraphModule.force_recompile(gm)
     forward: CompiledFn = gm.forward
     if not has_stream_ops(gm):
@@ -50,6 +54,18 @@ def forward_of(gm: torch.fx.GraphModule) -> CompiledFn:
             return forward(*args)
 
     return closing_scopes
+
+
+def boxed(fn: CompiledFn) -> CompiledFn:
+    """``fn`` in AOT's boxed calling convention: one list, emptied so its tensors can die early."""
+
+    def call(args: list[Any]) -> Any:
+        flat = tuple(args)
+        args.clear()
+        return fn(*flat)
+
+    call._boxed_call = True  # type: ignore[attr-defined]
+    return call
 
 
 def report(name: str, fallback: tuple[FallbackReason, str], stats: BackendStats) -> None:

@@ -19,6 +19,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import npu_streams
 import torch
 from npu_mempool import InputKind
 
@@ -188,6 +189,7 @@ def piecewise(
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     kind_of = dict(zip(placeholders, plan.kinds, strict=True))
     split = split_module(gm, gm, lambda node: partition_of[node.name], keep_original_order=True)
+    _streams_per_piece(split)
     captured = {f"submod_{p}" for p in plan.pieces}
     for node in list(split.graph.nodes):
         if node.op != "call_module" or str(node.target) not in captured:
@@ -200,8 +202,24 @@ def piecewise(
             for arg in node.args
         ]
         attribute = str(node.target)
+        unmatched = npu_streams.unmatched_waits(submodule)
+        if unmatched:  # prepare_piece makes none: a capture would be refused
+            raise AssertionError(f"piece {attribute} waits on events it never records: {unmatched}")
         node.op = "call_function"
         node.target = make_runner(submodule, piece_kinds)
         delattr(split, attribute)
     split.recompile()
     return split
+
+
+def _streams_per_piece(split: torch.fx.GraphModule) -> None:
+    """Give each piece with stream scopes fork/join events of its own (``prepare_piece``).
+
+    The graph's own fork is recorded in its first piece and waited on in later ones: a device
+    refuses a wait on an event another capture recorded, and eagerly a later piece's side
+    stream would not wait for the eager work between the pieces. The planner refused a split
+    inside a scope, so every scope lies in one piece.
+    """
+    for _, submodule in split.named_children():
+        if isinstance(submodule, torch.fx.GraphModule) and npu_streams.has_stream_ops(submodule):
+            npu_streams.prepare_piece(submodule)

@@ -25,7 +25,7 @@ import torch
 from npu_mempool import NpuMempoolError
 from npu_streams import NpuStreamsError, has_stream_ops
 
-from npu_compile import _passes, _torch_compat
+from npu_compile import _fallback, _passes, _torch_compat
 from npu_compile._accel import accelerator_device, first_tensor_device
 from npu_compile._build import build
 from npu_compile._capturable import external_state_reason, records_autograd, uncapturable_reason
@@ -60,12 +60,38 @@ class DynamoGraph:
         device: The device the graph is captured on.
         n_inputs: How many inputs Dynamo passes.
         saving: Whether torch's AOT compile bundles the result to be saved.
+        keeps_wrapper: Why AOT's runtime wrapper must stay around the runner, whatever the
+            graph is (``""`` when nothing but the graph decides; see [Note: torch's backend
+            contract]).
     """
 
     name: str
     device: torch.device
     n_inputs: int
     saving: bool
+    keeps_wrapper: str = ""
+
+
+# [Note: torch's backend contract]
+# A backend that runs AOT autograd keeps what torch's own helper for such backends
+# (`torch._dynamo.backends.common.aot_autograd`) keeps, since torch's other layers rely on it. We
+# call `aot_module_simplified` ourselves (the helper re-raises AOT's errors, where we fall back,
+# and wraps the result in a second `disable` that Dynamo already puts around every compiled
+# graph), so each part of that contract is kept where it is written:
+# - inputs that are lists (compiled autograd passes its inputs as one list) are flattened with
+#   torch's `flatten_graph_inputs`, and the compiled graph then takes one list (`_nested`);
+# - `counters["aot_autograd"]` counts each AOT compile, `ok` or `not_ok`: DDPOptimizer pairs
+#   each bucket's forward with its backward by that count (`compile_graph`);
+# - the backward compiler, and the backward it returns, run under `torch._dynamo.disable`: AOT
+#   compiles the backward when it first runs, inside autograd, where Dynamo's frame hook is
+#   active if `backward()` was called in a compiled function (`_training.BackwardCompiler`);
+# - the boxed calling convention (`_boxed_call`, one list argument) wherever AOT expects it;
+# - AOT's runtime wrapper does what the graph needs around it: it turns autocast off when it was
+#   on at compile time (`disable_amp`: the traced graph holds its casts already), and returns
+#   fake outputs on the first call DDPOptimizer makes (`fakify_first_call`). The runner is
+#   returned without that wrapper only where it provably does nothing (`keeps_wrapper`,
+#   `_inputs.runner_is_whole_call`).
+# - `enable_aot_logging`, so that torch's structured logs see our graphs as theirs.
 
 
 def compile_graph(
@@ -76,21 +102,72 @@ def compile_graph(
     decompositions: Decompositions,
 ) -> CompiledFn:
     """Compile one Dynamo graph: the callable Dynamo runs in its place."""
-    from torch._functorch.aot_autograd import aot_module_simplified
+    if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        return _nested(gm, example_inputs, settings, stats, decompositions)
+    return _compile(gm, example_inputs, settings, stats, decompositions)
 
+
+def _nested(
+    gm: torch.fx.GraphModule,
+    example_inputs: list[object],
+    settings: Settings,
+    stats: BackendStats,
+    decompositions: Decompositions,
+) -> CompiledFn:
+    """A graph whose inputs nest (compiled autograd's list of tensors), flattened as torch does.
+
+    torch's wrapper calls what is compiled here with the flat inputs as one list.
+    """
+    from torch._dynamo.utils import flatten_graph_inputs
+
+    def compile_flat(wrapper: Any, flat_inputs: list[object]) -> CompiledFn:
+        return _compile(wrapper, flat_inputs, settings, stats, decompositions, boxed=True)
+
+    compiled: CompiledFn = flatten_graph_inputs(gm, example_inputs, compile_flat)
+    return compiled
+
+
+def _compile(
+    gm: torch.fx.GraphModule,
+    example_inputs: list[object],
+    settings: Settings,
+    stats: BackendStats,
+    decompositions: Decompositions,
+    *,
+    boxed: bool = False,
+) -> CompiledFn:
+    """:func:`compile_graph` of flat inputs; with ``boxed``, the result takes them as one list.
+
+    ``gm`` is then torch's ``GmWrapper`` around the Dynamo graph, which AOT's result already
+    calls with one list; a fallback is given that convention here.
+    """
+    from torch._dynamo.utils import counters
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._guards import TracingContext
+    from torch._inductor.debug import enable_aot_logging
+
+    convention = _fallback.boxed if boxed else _unchanged
+    graph_module: torch.fx.GraphModule = gm.gm if boxed else gm  # type: ignore[assignment]
     name = f"npu_compile_{next(_graph_ids)}"
     if settings.piecewise:
         # What cannot be captured is split out of the AOT graph below, node by node.
         device = accelerator_device(example_inputs)
     else:
         device = first_tensor_device(example_inputs)
-        refused = _refused(gm, example_inputs, device)
+        refused = _refused(graph_module, example_inputs, device)
         if refused is not None:
-            return fall_back(gm, name, refused, settings.strict, stats)
+            return convention(fall_back(gm, name, refused, settings.strict, stats))
     settings = for_inputs(settings, example_inputs)
+    context = TracingContext.try_get()
     # Under torch's AOT compile (vLLM's default) the compiled function must be saved and loaded
     # in another process: the forward compiler then returns a GraphArtifact (see _artifact).
-    graph = DynamoGraph(name, device, len(example_inputs), bundling())
+    graph = DynamoGraph(
+        name,
+        device,
+        len(example_inputs),
+        bundling(),
+        keeps_wrapper=_keeps_wrapper(boxed, context),
+    )
     backward = BackwardCompiler(name, settings, stats)
     forward = ForwardCompiler(graph, settings, stats, backward)
     keyed = (
@@ -100,8 +177,10 @@ def compile_graph(
         if graph.saving
         else None
     )
+    # DDPOptimizer reads this count to know that AOT compiled a bucket (see the Note above).
+    counters["aot_autograd"]["total"] += 1
     try:
-        with keyed or contextlib.nullcontext():
+        with keyed or contextlib.nullcontext(), enable_aot_logging():
             compiled: CompiledFn = aot_module_simplified(
                 gm,
                 example_inputs,
@@ -111,24 +190,46 @@ def compile_graph(
                 decompositions=dict(decompositions),
                 keep_inference_input_mutations=settings.keep_inference_input_mutations,
             )
+        counters["aot_autograd"]["ok"] += 1
     except (NpuStreamsError, NpuMempoolError, NpuCompileError):
+        counters["aot_autograd"]["not_ok"] += 1
         # A broken stream scope or a bad option is the user's to fix, never a silent fallback.
         raise
     except torch._dynamo.exc.RestartAnalysis:
+        counters["aot_autograd"]["not_ok"] += 1
         # Dynamo's own signal to trace the frame again (e.g. a Python float or int it will now
         # pass as a tensor): not a failure of this graph, and the retrace compiles it anew.
         raise
     except Exception as error:  # AOT cannot trace this graph: it still runs eagerly
+        counters["aot_autograd"]["not_ok"] += 1
         message = f"AOT autograd could not trace it ({type(error).__name__}: {error})"
         failed = (FallbackReason.AOT_TRACE_FAILED, message)
-        eager = fall_back(gm, name, failed, settings.strict, stats)
-        if graph.saving:
+        eager = convention(fall_back(gm, name, failed, settings.strict, stats))
+        if graph.saving and not boxed:
             # Dynamo's graph, saved as torch saves the `eager` backend's.
             from torch._dynamo.aot_compile_types import GraphModuleSerializableCallable
 
             return GraphModuleSerializableCallable(gm)
         return eager
-    return forward.finish(gm, compiled)
+    finished = forward.finish(gm, compiled)
+    # AOT's own result takes its inputs as the caller passes them; what finish() chose instead
+    # (a fallback of the Dynamo graph) takes them one by one.
+    return finished if finished is compiled else convention(finished)
+
+
+def _unchanged(fn: CompiledFn) -> CompiledFn:
+    return fn
+
+
+def _keeps_wrapper(boxed: bool, context: Any) -> str:
+    """Why AOT's runtime wrapper must stay, for reasons outside the graph (``""``: none)."""
+    if boxed:
+        return "the inputs nest and torch's flattening wrapper calls the result boxed"
+    if torch._C._is_any_autocast_enabled():
+        return "autocast is on, which AOT's wrapper turns off around the graph (disable_amp)"
+    if context is not None and getattr(context, "fakify_first_call", False):
+        return "DDPOptimizer's first call expects AOT's fake outputs (fakify_first_call)"
+    return ""
 
 
 def _refused(
@@ -236,7 +337,11 @@ class ForwardCompiler:
             kinds,
             training=training,
             saving=graph.saving,
-            whole_call=meta is not None and runner_is_whole_call(meta, fw_gm, graph.n_inputs),
+            whole_call=(
+                meta is not None
+                and not graph.keeps_wrapper
+                and runner_is_whole_call(meta, fw_gm, graph.n_inputs)
+            ),
             streams=has_stream_ops(prepared),
         )
         plan = plan_graph(prepared, example_inputs, facts, settings)

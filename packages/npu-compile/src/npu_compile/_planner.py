@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
+from npu_mempool import InputKind
 
-from npu_compile._capturable import TRAINING_REASON, host_sync_reason
+from npu_compile._capturable import TRAINING_REASON, host_sync_reason, storage_read_reason
 from npu_compile._inputs import guarded_by_dynamo
 from npu_compile._padding import plan_padding
 from npu_compile._piecewise import pieces_to_capture, split_points
@@ -44,6 +45,11 @@ def plan_graph(
     name, device = facts.name, str(facts.device)
     if facts.training and facts.saving:
         return fallback_plan(facts, FallbackReason.TRAINING, TRAINING_REASON)
+    # USER inputs are copied into static buffers, which hold their elements alone.
+    copied = [kind is InputKind.USER for kind in facts.kinds]
+    storage_read = storage_read_reason(gm, copied, example_inputs)
+    if storage_read is not None:
+        return fallback_plan(facts, FallbackReason.STORAGE_READ, storage_read)
     # A saved graph runs behind AOT's wrapper, which it brings along: never bypassed then.
     bypass = facts.whole_call and not facts.saving
     # As in TorchAir, no intermediate is reinplaced in a graph with streams: a write another
@@ -67,6 +73,9 @@ def plan_graph(
             reinplace_intermediates=reinplace and not splits,
         )
     if splits:
+        in_scope = _split_in_stream_scope(gm, splits) if facts.streams else None
+        if in_scope is not None:
+            return fallback_plan(facts, FallbackReason.SPLIT_IN_STREAM_SCOPE, in_scope)
         pieces = pieces_to_capture(gm, splits)
         if not pieces:
             return fallback_plan(facts, *_nothing_to_capture(splits))
@@ -102,3 +111,25 @@ def _nothing_to_capture(splits: Sequence[Split]) -> tuple[FallbackReason, str]:
         splits[0].reason,
         f"no piece worth capturing is left around the nodes that must run eagerly: {where}",
     )
+
+
+def _split_in_stream_scope(gm: torch.fx.GraphModule, splits: Sequence[Split]) -> str | None:
+    """Why the graph cannot be split where it must: a split node runs inside a stream scope.
+
+    Each piece forks its side streams at its start and joins them at its end, so a scope must
+    lie whole in one piece: one the split cuts in two would leave a side stream current across
+    the eager node and the next capture.
+    """
+    from npu_streams import DEFAULT_TAG, STREAM_META_KEY
+
+    nodes = {node.name: node for node in gm.graph.nodes}
+    for split in splits:
+        node = nodes.get(split.node)
+        tag = node.meta.get(STREAM_META_KEY, DEFAULT_TAG) if node is not None else DEFAULT_TAG
+        if tag != DEFAULT_TAG:
+            return (
+                f"node {split.node} ({split.op}) must run eagerly ({split.why}) but sits inside "
+                f"stream scope {tag!r}, which a split cannot cut in two; move it out of the "
+                "npu_stream_switch block, or compile with aclgraph_config.piecewise=False"
+            )
+    return None

@@ -44,8 +44,11 @@ import npu_streams
 import torch
 from npu_mempool import InputKind
 
+# torch's lazy form of ``torch._dynamo.disable``: importing this module does not import Dynamo.
+from torch._compile import _disable_dynamo
+
 from npu_compile._capturable import host_sync_reason
-from npu_compile._fallback import fall_back, forward_of
+from npu_compile._fallback import boxed, fall_back, forward_of
 from npu_compile.errors import FallbackReason
 
 if TYPE_CHECKING:
@@ -134,13 +137,13 @@ class BackwardCompiler:
 
         if getattr(forward, "_boxed_call", False):
 
-            def boxed(args: list[Any]) -> Any:
+            def held(args: list[Any]) -> Any:
                 out = forward(args)
                 hold()
                 return out
 
-            boxed._boxed_call = True  # type: ignore[attr-defined]
-            return boxed
+            held._boxed_call = True  # type: ignore[attr-defined]
+            return held
 
         def call(*args: Any) -> Any:
             out = forward(*args)
@@ -161,18 +164,27 @@ class BackwardCompiler:
         call._boxed_call = True  # type: ignore[attr-defined]
         return call
 
+    @_disable_dynamo
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
-        """Capture the backward graph ``gm`` (called by AOT at the first backward)."""
-        return self._released(self._compile(gm, example_inputs))
+        """Capture the backward graph ``gm`` (called by AOT at the first backward).
+
+        AOT compiles the backward inside autograd, when it first runs. If ``backward()`` was
+        called in a compiled function (a train step), Dynamo's frame hook is active there: it
+        would trace this compiler and the backward it returns, our runtime, into graphs of their
+        own. Neither is traced, as torch's AOT backends keep it ([Note: torch's backend
+        contract] in ``_pipeline``); ``disable`` keeps ``_boxed_call``.
+        """
+        backward = self._released(self._compile(gm, example_inputs))
+        return _disable_dynamo(backward)
 
     def _compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:
         device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), None)
         prepared = npu_streams.prepare_for_capture(gm, device)
         reason = host_sync_reason(prepared)
         if reason is not None:
-            return _boxed(self._fallback(prepared, FallbackReason.HOST_SYNC, reason))
+            return boxed(self._fallback(prepared, FallbackReason.HOST_SYNC, reason))
         if not self._settings.capture:
-            return _boxed(forward_of(prepared))
+            return boxed(forward_of(prepared))
         placeholders = [n for n in prepared.graph.nodes if n.op == "placeholder"]
         kinds = [
             InputKind.PARAMETER if node.name in self._parameters else InputKind.USER
@@ -194,21 +206,9 @@ class BackwardCompiler:
             kinds.count(InputKind.PARAMETER),
             kinds.count(InputKind.USER),
         )
-        return _boxed(runner.as_function())
+        return boxed(runner.as_function())
 
     def _fallback(
         self, gm: torch.fx.GraphModule, reason: FallbackReason, message: str
     ) -> CompiledFn:
         return fall_back(gm, self.name, (reason, message), self._settings.strict, self._stats)
-
-
-def _boxed(fn: CompiledFn) -> CompiledFn:
-    """``fn`` in AOT's boxed calling convention: one list, emptied so its tensors can die early."""
-
-    def call(args: list[Any]) -> Any:
-        flat = tuple(args)
-        args.clear()
-        return fn(*flat)
-
-    call._boxed_call = True  # type: ignore[attr-defined]
-    return call

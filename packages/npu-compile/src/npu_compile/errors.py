@@ -49,6 +49,12 @@ class FallbackReason(enum.StrEnum):
             a shape of the graph (a compiler error, a link refused in the build directory, a
             full disk). The graph is still captured and replayed, without them; the message
             gives the cause (the compiler's first error line). Recorded once per graph.
+        STORAGE_READ: An operator (``as_strided``) addresses a user input's storage beyond the
+            input's own elements (the gaps of a slice, the memory around it, or a fixed storage
+            offset), which the static copy a captured graph reads does not hold.
+        SPLIT_IN_STREAM_SCOPE: A node that must run outside device graphs (a split point of
+            piecewise capture) sits inside an ``npu_stream_switch`` scope, which the split would
+            cut in two.
     """
 
     MIXED_DEVICES = "mixed_devices"
@@ -58,6 +64,8 @@ class FallbackReason(enum.StrEnum):
     EXTERNAL_STATE = "external_state"
     SPLITTING_OPS = "splitting_ops"
     STATIC_KERNEL_FAILED = "static_kernel_failed"
+    STORAGE_READ = "storage_read"
+    SPLIT_IN_STREAM_SCOPE = "split_in_stream_scope"
 
 
 class NpuCompileError(Exception):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+import contextlib
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -60,7 +61,8 @@ def capture(
             # tensor): such an input gets a pool buffer as with clone_input.
             if options.clone_input or torch._debug_has_internal_overlap(args[i]) == 1:
                 static_args[i] = static_like(args[i])
-        out = fn(*static_args)
+        with _autocast_cache_off():
+            out = fn(*static_args)
         shape = Output(out)
         structure.append(shape)
         inputs = [static_args[i] for i in layout.tensors]
@@ -122,3 +124,23 @@ def capture(
         owner=owner,
         per_call=not options.keep_held_outputs,
     )
+
+
+@contextlib.contextmanager
+def _autocast_cache_off() -> Iterator[None]:
+    """Autocast without its weight cache, while a graph is captured.
+
+    Under autocast, the casts of parameters are cached until the autocast block exits, and a
+    capture that used a cached copy would bake its address: once the block ends, the copy is
+    freed and every replay reads memory that is someone else's. (torch's
+    ``make_graphed_callables`` refuses autocast's cache for that reason.) Without the cache, the
+    graph holds the casts themselves, which read the parameter on every replay.
+    """
+    if not (torch._C._is_any_autocast_enabled() and torch.is_autocast_cache_enabled()):
+        yield
+        return
+    torch.set_autocast_cache_enabled(False)
+    try:
+        yield
+    finally:
+        torch.set_autocast_cache_enabled(True)

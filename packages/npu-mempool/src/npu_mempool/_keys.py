@@ -10,7 +10,7 @@ import torch
 from npu_mempool._options import InputKind
 from npu_mempool.errors import InputLayoutError
 
-__all__ = ["Layout"]
+__all__ = ["Layout", "autocast_state"]
 
 
 class Layout:
@@ -53,30 +53,56 @@ class Layout:
         # Parameter shapes cannot change without their address changing, so only user and
         # mutated inputs (and non-tensor values such as SymInts) make up the key. A graph is
         # only valid for the dtypes it was captured with, and the batched input copy would
-        # silently cast another dtype into the static buffer, so dtypes are part of the key. A
-        # mutated input is used in place: the same address seen through other strides (a
-        # transposed view) needs its own graph. The argument count is part of the key so that
-        # an extra argument is never silently ignored, and the types of non-tensor values too:
+        # silently cast another dtype into the static buffer, so dtypes are part of the key. So
+        # are strides: a mutated input is used in place, and the same address seen through other
+        # strides (a transposed view) needs its own graph; a user input's static copy keeps the
+        # strides of the call that captured it (``static_strides``), so a call with another
+        # layout (a slice, a transpose) gets a graph traced on its own layout. The argument count
+        # is part of the key so that an extra argument is never silently ignored, and the types
+        # of non-tensor values too:
         # ``1``, ``1.0`` and ``True`` compare equal but do not give the same graph.
         # Generated once per runner: a flat tuple expression, the cheapest key Python can build
         # (about as fast as the shape alone; map/unpacking over pickers costs several times more).
         # Arguments the caller guards itself (Dynamo checks shapes, dtypes and strides of a
         # graph compiled with static shapes before calling it) stay out of the key; with every
         # argument guarded the key is a constant and a call computes nothing.
-        mutated = set(self.mutated)
         parts = [] if all(self.guarded) else ["len(a)"]
         for i in sorted(self.user + self.mutated):
             if self.guarded[i]:
                 continue
-            parts += [f"a[{i}].shape", f"a[{i}].dtype"]
-            if i in mutated:
-                parts.append(f"a[{i}].stride()")
+            parts += [f"a[{i}].shape", f"a[{i}].dtype", f"a[{i}].stride()"]
         for i in self.scalars:
             if not self.guarded[i]:
                 parts += [f"a[{i}]", f"type(a[{i}])"]
+        if parts:
+            # A graph holds the casts autocast made while it was captured, and a replay makes
+            # no others: a call under another autocast state needs a graph of its own. (One C
+            # call while autocast is off. A caller that guards every argument, Dynamo, also
+            # guards the autocast state.)
+            parts.append("(any_autocast() and autocast_state())")
         # The source is built from integer indices only: nothing user-controlled is evaluated.
         self.key_source = f"({', '.join(parts)},)" if parts else "()"
-        key: Callable[[tuple[Any, ...]], Hashable] = eval(
-            f"lambda a: {self.key_source}", {"len": len, "type": type}
-        )
+        names = {
+            "len": len,
+            "type": type,
+            "any_autocast": torch._C._is_any_autocast_enabled,
+            "autocast_state": autocast_state,
+        }
+        key: Callable[[tuple[Any, ...]], Hashable] = eval(f"lambda a: {self.key_source}", names)
         return key
+
+
+#: The device types whose autocast state a graph key tells apart.
+_AUTOCAST_DEVICES = ("cpu", "cuda", "npu", "xpu", "mps")
+
+
+def autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
+    """Each device type autocast is on for, with its dtype (read only while autocast is on)."""
+    state = []
+    for device in _AUTOCAST_DEVICES:
+        try:
+            if torch.is_autocast_enabled(device):
+                state.append((device, torch.get_autocast_dtype(device)))
+        except RuntimeError:  # a device type this torch build does not know
+            continue
+    return tuple(state)

@@ -171,15 +171,11 @@ class _Arena:
     ) -> tuple[int, torch.Tensor]:
         """A tensor carved from the arena, with a storage of its own; returns ``(block, tensor)``.
 
-        Contiguous unless ``stride`` is given, which must describe a dense, non-overlapping
-        layout of ``shape`` (a permutation of the contiguous strides).
+        Contiguous unless ``stride`` is given, which must describe a layout whose elements do not
+        overlap (dense, or with gaps between them, as a slice has); the storage reaches as far as
+        the strides do.
         """
         itemsize = torch.empty((), dtype=dtype).element_size()
-        numel = 1
-        for dim in shape:
-            numel *= dim
-        nbytes = numel * itemsize
-        block, chunk, offset = self.allocate(nbytes)
         if stride is None:
             strides: list[int] = []
             step = 1
@@ -187,6 +183,8 @@ class _Arena:
                 strides.append(step)
                 step *= max(dim, 1)
             stride = tuple(reversed(strides))
+        nbytes = _span(shape, stride) * itemsize
+        block, chunk, offset = self.allocate(nbytes)
         # Normal tensors even under inference_mode: replays copy into them in any mode.
         with torch.inference_mode(False):
             raw = torch.frombuffer(
@@ -423,3 +421,10 @@ class PoolHandle:
 def state_of(pool: PoolHandle) -> PoolState:
     """The package's bookkeeping of ``pool`` (kept off the public handle)."""
     return pool._state
+
+
+def _span(shape: torch.Size, stride: tuple[int, ...]) -> int:
+    """The elements of storage a tensor of ``shape`` and ``stride`` reaches (0 when empty)."""
+    if any(dim == 0 for dim in shape):
+        return 0
+    return 1 + sum((dim - 1) * step for dim, step in zip(shape, stride, strict=True))

@@ -41,11 +41,14 @@ _data_ptr = operator.methodcaller("data_ptr")
 class GraphRunner:
     """Capture a callable into device graphs, one per graph key, and replay them.
 
-    The graph key is made of the number of arguments, the shapes and dtypes of the USER and
-    MUTATED tensor arguments (and the strides of MUTATED ones, which are used in place), and the
-    values and types of the non-tensor arguments (SymInt values). A hit copies the user inputs
-    into the static buffers with one batched ``torch._foreach_copy_`` and replays the graph; a
-    miss captures a new graph (rewinding the pool first in mode 2).
+    The graph key is made of the number of arguments, the shapes, dtypes and strides of the USER
+    and MUTATED tensor arguments, and the values and types of the non-tensor arguments (SymInt
+    values). A USER input's static buffer keeps the strides of the call that captured it (an
+    expanded input's, whose elements share memory, is dense), and the input copy fills its
+    elements: a callable that reads memory between or around a tensor's elements
+    (``as_strided`` over a slice's gaps) must get that tensor as MUTATED, used in place. A hit
+    copies the user inputs into the static buffers with one batched ``torch._foreach_copy_`` and
+    replays the graph; a miss captures a new graph (rewinding the pool first in mode 2).
 
     Memory a live tensor uses is never handed out again within its step: an output the caller
     still holds (or a view of it) is not overwritten by a later call. Such a call replays (or

@@ -17,7 +17,13 @@ from npu_streams._events import (
     reset_tagged_events,
     wait,
 )
-from npu_streams._pass import STREAM_META_KEY, has_stream_ops, prepare_for_capture
+from npu_streams._pass import (
+    STREAM_META_KEY,
+    has_stream_ops,
+    prepare_for_capture,
+    prepare_piece,
+    unmatched_waits,
+)
 from npu_streams._runtime import DEFAULT_TAG, TaggedEvent
 from npu_streams._scope import current_stream_tag, npu_stream_switch, scopes_closed_on_error
 from npu_streams._version import __version__
@@ -41,6 +47,8 @@ __all__ = [
     "wait",
     # capture pass
     "prepare_for_capture",
+    "prepare_piece",
+    "unmatched_waits",
     "has_stream_ops",
     "STREAM_META_KEY",
     # errors

@@ -30,7 +30,13 @@ from npu_streams._ops import OVERLOADS
 from npu_streams._runtime import DEFAULT_TAG, lookup_event
 from npu_streams.errors import StreamScopeError, StreamTagError
 
-__all__ = ["prepare_for_capture", "has_stream_ops", "STREAM_META_KEY"]
+__all__ = [
+    "prepare_for_capture",
+    "prepare_piece",
+    "has_stream_ops",
+    "unmatched_waits",
+    "STREAM_META_KEY",
+]
 
 _log = logging.getLogger("npu_streams")
 
@@ -43,6 +49,9 @@ for _name, _overload in OVERLOADS.items():
     _NAME_BY_TARGET[_overload.overloadpacket] = _name
 
 _INTERNAL = frozenset({"internal_event_record", "internal_event_wait"})
+#: ``node.meta`` key of an internal event node: ``"fork"``, ``"join"`` or ``"dep"`` (see
+#: :func:`prepare_piece`).
+_ROLE_KEY = "npu_stream_event"
 _graph_ids = itertools.count()
 
 
@@ -138,11 +147,12 @@ def _label_and_validate(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torc
 
 
 def _insert(
-    graph: torch.fx.Graph, name: str, tag: str, stream: str, *, before: torch.fx.Node
+    graph: torch.fx.Graph, name: str, tag: str, stream: str, *, before: torch.fx.Node, role: str
 ) -> torch.fx.Node:
     with graph.inserting_before(before):
         node = graph.call_function(OVERLOADS[name], (tag,))
     node.meta[STREAM_META_KEY] = stream
+    node.meta[_ROLE_KEY] = role
     return node
 
 
@@ -202,28 +212,97 @@ def prepare_for_capture(
     if already_prepared or not side_scopes:
         return gm
 
-    graph_id = next(_graph_ids)
-    fork_tag = f"graph{graph_id}.fork"
-    first_op = next(node for node in graph.nodes if node.op != "placeholder")
-    join_point = _join_point(graph)
-    _insert(graph, "internal_event_record", fork_tag, DEFAULT_TAG, before=first_op)
-    for index, (enter, exit_, tag) in enumerate(side_scopes):
-        _insert(graph, "internal_event_wait", fork_tag, tag, before=enter.next)
-        join_tag = f"graph{graph_id}.join{index}"
-        _insert(graph, "internal_event_record", join_tag, tag, before=exit_)
-        _insert(graph, "internal_event_wait", join_tag, DEFAULT_TAG, before=join_point)
-        _log.debug(
-            "stream scope %r: fork after %s, join before %s (events %s, %s)",
-            tag,
-            first_op.name,
-            join_point.name,
-            fork_tag,
-            join_tag,
-        )
-    _order_waits(graph, graph_id)
-    graph.lint()
+    _fork_and_join(graph, side_scopes)
     gm.recompile()
     return gm
+
+
+def prepare_piece(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Prepare one piece cut from a prepared graph for a capture of its own (in place).
+
+    A graph split into pieces (captured one by one, with eager work between them) cannot keep
+    the fork/join events of the whole graph: a side stream of a later piece would wait on an
+    event recorded in an earlier piece's capture, which a device refuses (and which, eagerly, is
+    not ordered after the eager work between them). Each piece gets its own instead: its main
+    stream forks at the piece's start and joins every side stream before it returns, so each
+    piece begins after everything before it and ends with its side work done. A ``wait()``
+    dependency whose two ends lie in different pieces is dropped for the same reason; that
+    fork and join order it.
+
+    Args:
+        gm: The piece, a submodule of a graph :func:`prepare_for_capture` prepared (its nodes
+            keep their ``meta``).
+
+    Returns:
+        ``gm``.
+
+    Raises:
+        StreamScopeError: A stream scope of the piece is not closed in it (or the reverse): the
+            graph was split inside the scope.
+    """
+    graph = gm.graph
+    if not any(_op_name(node) for node in graph.nodes):
+        return gm
+    internal = [node for node in graph.nodes if _op_name(node) in _INTERNAL]
+    recorded = {n.args[0] for n in internal if _op_name(n) == "internal_event_record"}
+    waited = {n.args[0] for n in internal if _op_name(n) == "internal_event_wait"}
+    for node in internal:
+        role = node.meta.get(_ROLE_KEY)
+        other_end = waited if _op_name(node) == "internal_event_record" else recorded
+        if role in ("fork", "join") or (role == "dep" and node.args[0] not in other_end):
+            graph.erase_node(node)
+    scopes = _label_and_validate(graph)
+    _fork_and_join(
+        graph, [(enter, exit_, tag) for enter, exit_, tag in scopes if tag != DEFAULT_TAG]
+    )
+    gm.recompile()
+    return gm
+
+
+def unmatched_waits(gm: torch.fx.GraphModule) -> list[str]:
+    """The nodes of ``gm`` that wait on an internal event no earlier node of ``gm`` records.
+
+    Inside a device capture such a wait is refused (the record belongs to another capture, or
+    to none): a graph to capture must have none.
+    """
+    recorded: set[object] = set()
+    unmatched: list[str] = []
+    for node in gm.graph.nodes:
+        name = _op_name(node)
+        if name == "internal_event_record":
+            recorded.add(node.args[0])
+        elif name == "internal_event_wait" and node.args[0] not in recorded:
+            unmatched.append(node.name)
+    return unmatched
+
+
+def _fork_and_join(
+    graph: torch.fx.Graph, side_scopes: list[tuple[torch.fx.Node, torch.fx.Node, str]]
+) -> None:
+    """Insert the fork/join pairs of ``side_scopes`` and order the ``wait()`` dependencies."""
+    graph_id = next(_graph_ids)
+    if side_scopes:
+        fork_tag = f"graph{graph_id}.fork"
+        first_op = next(node for node in graph.nodes if node.op != "placeholder")
+        join_point = _join_point(graph)
+        _insert(graph, "internal_event_record", fork_tag, DEFAULT_TAG, before=first_op, role="fork")
+        for index, (enter, exit_, tag) in enumerate(side_scopes):
+            _insert(graph, "internal_event_wait", fork_tag, tag, before=enter.next, role="fork")
+            join_tag = f"graph{graph_id}.join{index}"
+            _insert(graph, "internal_event_record", join_tag, tag, before=exit_, role="join")
+            _insert(
+                graph, "internal_event_wait", join_tag, DEFAULT_TAG, before=join_point, role="join"
+            )
+            _log.debug(
+                "stream scope %r: fork after %s, join before %s (events %s, %s)",
+                tag,
+                first_op.name,
+                join_point.name,
+                fork_tag,
+                join_tag,
+            )
+    _order_waits(graph, graph_id)
+    graph.lint()
 
 
 def _place_markers(graph: torch.fx.Graph, device: torch.device) -> bool:
@@ -271,7 +350,8 @@ def _order_waits(graph: torch.fx.Graph, graph_id: int) -> None:
             with graph.inserting_after(producer):
                 marker = graph.call_function(OVERLOADS["internal_event_record"], (tag,))
             marker.meta[STREAM_META_KEY] = source
-            _insert(graph, "internal_event_wait", tag, stream, before=node)
+            marker.meta[_ROLE_KEY] = "dep"
+            _insert(graph, "internal_event_wait", tag, stream, before=node, role="dep")
         # The producers are joined above. The op itself would wait for every tagged stream of
         # the process, recorded outside the capture, which invalidates a device capture.
         graph.erase_node(node)

@@ -9,7 +9,7 @@ import torch
 
 from npu_mempool._pool import PoolHandle
 
-__all__ = ["Body", "Graph", "GraphBackend", "Rerun", "StaticLike", "dense_strides"]
+__all__ = ["Body", "Graph", "GraphBackend", "Rerun", "StaticLike", "static_strides"]
 
 StaticLike = Callable[[torch.Tensor], torch.Tensor]
 #: Recomputes a graph's output leaves for one call's arguments (CPU emulation only).
@@ -68,6 +68,31 @@ class GraphBackend(Protocol):
         """
 
 
-def dense_strides(x: torch.Tensor) -> tuple[int, ...]:
-    """The strides a static copy of ``x`` gets: ``x``'s own where it is dense, else contiguous."""
-    return tuple(torch.empty_like(x, device="meta").stride())
+def static_strides(x: torch.Tensor) -> tuple[int, ...]:
+    """The strides a static copy of ``x`` gets: the caller's own, unless its elements overlap.
+
+    The graph is captured on the copy and replayed on every later call's values, so the copy
+    must look to the callable as the caller's tensor does: Dynamo traced and guarded the
+    caller's strides, and a graph may read them (``as_strided``, a ``view`` that only a
+    transposed layout allows). A non-dense input (a slice such as ``x[:, 2:10]``) keeps its gaps,
+    which stay unwritten: the copy fills the elements only. An expanded input (elements that
+    share memory) cannot be a copy target; it gets the dense layout ``empty_like`` gives.
+    """
+    if _overlaps(x.shape, x.stride()):
+        return tuple(torch.empty_like(x, device="meta").stride())
+    return tuple(x.stride())
+
+
+def _overlaps(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether two elements of a layout may share memory (``False`` proves they do not).
+
+    Dimensions ordered by stride, each must step past everything the smaller ones span. (torch's
+    own check answers "too hard" for every layout that is not dense.)
+    """
+    dims = sorted((step, size) for size, step in zip(shape, stride, strict=True) if size > 1)
+    reach = 1
+    for step, size in dims:
+        if step < reach:
+            return True
+        reach = step * (size - 1) + reach
+    return False

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from npu_mempool._devices.base import Body, Graph, Rerun, dense_strides
+from npu_mempool._devices.base import Body, Graph, Rerun, static_strides
 from npu_mempool._devices.registry import DeviceType
 from npu_mempool._pool import PoolHandle, Span, state_of
 
@@ -104,7 +104,7 @@ class EmulatedBackend:
         arena.scribble(*scratch, own=[])
 
         def static_like(x: torch.Tensor) -> torch.Tensor:
-            block, tensor = arena.empty(x.shape, x.dtype, dense_strides(x))
+            block, tensor = arena.empty(x.shape, x.dtype, static_strides(x))
             blocks.append(block)
             # The emulated capture runs the callable, so it must see the real input values.
             tensor.copy_(x)

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import torch
 
-from npu_mempool._devices.base import Body, Graph, dense_strides
+from npu_mempool._devices.base import Body, Graph, static_strides
 from npu_mempool._pool import PoolHandle, state_of
 
 __all__ = ["DeviceBackend", "Family", "device_index", "has_accelerator_graph"]
@@ -131,10 +131,10 @@ class DeviceBackend:
         def static_like(x: torch.Tensor) -> torch.Tensor:
             # Allocated inside the capture, hence from the graph pool; filled before each replay.
             # A normal tensor even under inference_mode: replays copy into it in any mode. The
-            # caller's layout where it is dense (kernels built for its strides get them).
+            # caller's strides (see static_strides), in a storage that reaches as far as they do.
             with torch.inference_mode(False):
                 return torch.empty_strided(
-                    x.shape, dense_strides(x), dtype=x.dtype, device=x.device
+                    x.shape, static_strides(x), dtype=x.dtype, device=x.device
                 )
 
         self._family.drop_library_workspaces()
