@@ -138,7 +138,11 @@ def _cell(row: dict[str, Any], way: str) -> str:
     result = outcome["result"]
     if result == "pass":
         worst = outcome["worst"]
-        return "pass (exact)" if not worst else f"pass ({worst:.0e})"
+        if outcome.get("zeros"):
+            return "pass (eager gives only zeros)"
+        # A model whose outputs are all zeros was compared on its hidden states as well.
+        deeper = f", {outcome['detail']}" if outcome.get("detail") else ""
+        return f"pass (exact{deeper})" if not worst else f"pass ({worst:.0e}{deeper})"
     if result == "wrong":
         return f"**wrong** ({outcome['detail']})".replace("|", "/")
     label = "refused" if result == "refused" else "**error**"

@@ -494,6 +494,7 @@ GE_OPS: dict[str, GeOp] = {
         {"mode": ("s", False), "paddings_contiguous": ("b", False)},
     ),  # pad_ops.h
     "Tile": GeOp(("x", "multiples"), ("y",), {}),  # selection_ops.h
+    "TensorScatterAdd": GeOp(("x", "indices", "updates"), ("y",), {}),  # matrix_calculation_ops.h
     "AsStrided": GeOp(
         ("x", "size", "stride", "storage_offset"), ("y",), {}
     ),  # transformation_ops.h

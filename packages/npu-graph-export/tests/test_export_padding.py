@@ -177,3 +177,38 @@ def test_tile_and_as_strided_kernels_refuse_what_does_not_fit() -> None:
     op = ge.OpDef(type="AsStrided")
     with pytest.raises(KernelError, match="reads element"):
         KERNELS["AsStrided"](op, [x, np.array([2, 2]), np.array([3, 1]), np.array(0)], None)  # type: ignore[arg-type]
+
+
+class Puts(nn.Module):
+    """Writes by advanced index: several indices, adjacent or not, accumulating duplicates."""
+
+    def forward(self, x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> Any:
+        a = x.clone()
+        a[rows, cols] = 7.0  # two adjacent indices
+        b = x.clone()
+        b[rows, :, cols[:1]] = x[0, 0, 0]  # indices apart: their dimensions go first
+        c = torch.ops.aten.index_put(x, [None, cols], x[:, :3], True)  # duplicates add up
+        d = x.index_add(2, cols, x[:, :, :3])
+        return a, b, c, d
+
+
+def test_index_put_with_several_indices_and_accumulation(export_check: Check) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 5)
+    rows, cols = torch.tensor([0, 2, -1]), torch.tensor([1, 1, 3])
+    graph = export_check(Puts(), x, rows, cols)
+    types = {op.type for op in graph.op}
+    assert {"TensorScatterAdd", "TensorScatterUpdate"} <= types
+
+
+@pytest.mark.parametrize(("kernel", "stride"), [(2, 2), (3, 1), ((2, 3), (1, 2))])
+def test_fold_and_unfold(kernel: Any, stride: Any, export_check: Check) -> None:
+    # MobileViT V2 and VOLO fold patches back: an accumulating put of every patch.
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 7)
+
+    def round_trip(t: torch.Tensor) -> torch.Tensor:
+        patches = F.unfold(t, kernel, stride=stride)
+        return F.fold(patches * 2, (6, 7), kernel, stride=stride)
+
+    export_check(Fn(round_trip), x, atol=1e-5)

@@ -187,6 +187,7 @@ OPS: dict[str, OpSpec] = {
     "IndexByTensor": OpSpec(("x", "indices*"), ("y",)),
     "Cumsum": OpSpec(("x", "axis"), ("y",)),
     "TensorScatterUpdate": OpSpec(("x", "indices", "updates"), ("y",)),
+    "TensorScatterAdd": OpSpec(("x", "indices", "updates"), ("y",)),
     "StridedSliceV2": OpSpec(
         ("x", "begin", "end", "axes", "strides"), ("y",), frozenset({"axes", "strides"})
     ),

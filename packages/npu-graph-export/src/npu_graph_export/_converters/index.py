@@ -1,11 +1,15 @@
-"""Gathers: embedding lookup, index_select, gather and advanced indexing."""
+"""Gathers and scatters: embedding lookup, index_select, gather, advanced indexing, index_put."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
 from torch import fx
 
 from npu_graph_export._converters._base import Context, Value, args_of, aten, positive_dim, register
+from npu_graph_export._graph import Tensor
 from npu_graph_export._proto import ge_ir_pb2 as ge
 from npu_graph_export.errors import UnsupportedOpError
 
@@ -62,14 +66,11 @@ def _index_put(ctx: Context, node: fx.Node) -> Value:
     positions = list(args[1])
     accumulate = bool(args[3]) if len(args) > 3 else False
     used = [i for i, index in enumerate(positions) if index is not None]
-    if accumulate or len(used) != 1 or ctx.meta(positions[used[0]]).dim() != 1:
-        raise UnsupportedOpError(
-            "index_put converts only as x[..., idx, ...] = values with one 1-D integer index "
-            "and accumulate=False (a cache update at cache_position)"
-        )
-    dim = used[0]
-    if ctx.meta(positions[dim]).dtype == torch.bool:
+    if any(ctx.meta(positions[i]).dtype == torch.bool for i in used):
         raise UnsupportedOpError("index_put with a bool mask has no GE converter; use torch.where")
+    if accumulate or len(used) != 1 or ctx.meta(positions[used[0]]).dim() != 1:
+        return _scatter_at(ctx, x, [positions[i] for i in used], used, args[2], accumulate)
+    dim = used[0]
     index = ctx.tensor(positions[dim], ge.DT_INT64)
     rank = len(x.shape)
     perm = [dim, *(i for i in range(rank) if i != dim)]
@@ -103,3 +104,91 @@ def _index_put(ctx: Context, node: fx.Node) -> Value:
         "TensorScatterUpdate", [moved, column, moved_rows], shape=front, suffix="scatter"
     )
     return ctx.emit("Transpose", [updated, ctx.ints(inverse, "back_perm")])
+
+
+def _scatter_at(
+    ctx: Context, x: Tensor, indices: list[Any], used: list[int], values: Any, accumulate: bool
+) -> Tensor:
+    """``x[indices] = values`` (``+=`` with ``accumulate``) for any advanced index.
+
+    The indexed dimensions are moved first and the index tensors stacked into the ``[..., k]``
+    coordinates TensorScatterUpdate / TensorScatterAdd read; ``values`` take the shape of
+    ``x[indices]`` (PyTorch's rule: the index dimensions replace adjacent indexed dimensions in
+    place, and go first when others lie between them) and are moved to match. This is what
+    ``F.fold`` traces to (an accumulating put of every patch).
+    """
+    shapes = [tuple(ctx.meta(i).shape) for i in indices]
+    if any(d < 0 for d in x.shape) or not all(
+        isinstance(d, int) for shape in shapes for d in shape
+    ):
+        raise UnsupportedOpError(
+            "index_put with several or multi-dimensional indices needs sizes known when "
+            "exporting; export with static shapes"
+        )
+    rank, count = len(x.shape), len(used)
+    index_shape = tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    rest = [i for i in range(rank) if i not in used]
+    perm = used + rest
+    front = tuple(x.shape[i] for i in perm)
+    moved = x
+    if perm != list(range(rank)):
+        moved = ctx.emit(
+            "Transpose", [x, ctx.ints(perm, "perm")], shape=front, suffix="indexed_first"
+        )
+    coordinates = []
+    for k, (index, axis) in enumerate(zip(indices, used, strict=True)):
+        value = ctx.tensor(index, ge.DT_INT64)
+        # PyTorch counts a negative index from the end.
+        wrapped = ctx.emit(
+            "FloorMod",
+            [value, ctx.const(x.shape[axis], ge.DT_INT64, f"size{k}")],
+            dtype=ge.DT_INT64,
+            shape=value.shape,
+            suffix=f"index{k}",
+        )
+        coordinates.append(
+            ctx.emit(
+                "BroadcastTo",
+                [wrapped, ctx.ints(list(index_shape), f"index_shape{k}")],
+                dtype=ge.DT_INT64,
+                shape=index_shape,
+                suffix=f"index{k}/broadcast",
+            )
+        )
+    stacked = ctx.emit(
+        "Pack",
+        coordinates,
+        {"axis": -1, "N": count},
+        dtype=ge.DT_INT64,
+        shape=(*index_shape, count),
+        suffix="coordinates",
+    )
+    adjacent = used == list(range(used[0], used[0] + count))
+    start = used[0] if adjacent else 0
+    if adjacent:
+        result = (*x.shape[: used[0]], *index_shape, *x.shape[used[-1] + 1 :])
+    else:
+        result = (*index_shape, *(x.shape[i] for i in rest))
+    updates = ctx.emit(
+        "BroadcastTo",
+        [ctx.tensor(values, x.dtype), ctx.ints(list(result), "values_shape")],
+        dtype=x.dtype,
+        shape=result,
+        suffix="values",
+    )
+    if start:
+        width = len(index_shape)
+        order = [*range(start, start + width), *range(start), *range(start + width, len(result))]
+        updates = ctx.emit(
+            "Transpose",
+            [updates, ctx.ints(order, "values_perm")],
+            dtype=x.dtype,
+            shape=tuple(result[i] for i in order),
+            suffix="values/indexed_first",
+        )
+    op_type = "TensorScatterAdd" if accumulate else "TensorScatterUpdate"
+    scattered = ctx.emit(op_type, [moved, stacked, updates], shape=front, suffix="scatter")
+    if perm == list(range(rank)):
+        return ctx.emit("Identity", [scattered])
+    inverse = [perm.index(i) for i in range(rank)]
+    return ctx.emit("Transpose", [scattered, ctx.ints(inverse, "back_perm")])

@@ -74,18 +74,28 @@ def _index_by_tensor(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[
     return [x[tuple(key)]]
 
 
-@kernel("TensorScatterUpdate")
-def _tensor_scatter_update(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+@kernel("TensorScatterUpdate", "TensorScatterAdd")
+def _tensor_scatter(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     x, indices, updates = xs[0], xs[1].astype(np.int64), xs[2]
     if indices.ndim < 1 or indices.shape[-1] > x.ndim:
-        raise KernelError(f"TensorScatterUpdate indices of shape {list(indices.shape)}")
+        raise KernelError(f"{op.type} indices of shape {list(indices.shape)}")
     depth = indices.shape[-1]
     sizes = np.asarray(x.shape[:depth], np.int64)
     flat = indices.reshape(-1, depth)
     if flat.size and ((flat < 0).any() or (flat >= sizes).any()):
         raise KernelValueError(f"scatter index out of range for dimensions {list(sizes)}")
+    expected = (flat.shape[0], *x.shape[depth:])
+    if updates.size != int(np.prod(expected)):
+        raise KernelError(
+            f"{op.type} of {list(updates.shape)} updates at {flat.shape[0]} positions of "
+            f"{list(x.shape)}"
+        )
     y = np.array(x, copy=True)
-    rows = updates.reshape(flat.shape[0], *x.shape[depth:])
+    rows = updates.reshape(expected).astype(x.dtype, copy=False)
+    if op.type == "TensorScatterAdd":
+        # Repeated positions add up (np.add.at does not buffer them).
+        np.add.at(y, tuple(flat.T), rows)
+        return [y]
     for position, row in zip(flat, rows, strict=True):
         y[tuple(position)] = row
     return [y]
