@@ -179,7 +179,7 @@ class RunnerLifecycle(RuleBasedStateMachine):
             assert arena is not None
             graphs = entries + list(getattr(state, "_retired", {}).values())
             blocks = {block for entry in graphs for block in entry.graph._blocks}
-            allocated = set(arena._blocks)
+            allocated = arena.blocks()
             assert allocated <= blocks, (
                 f"the pool holds {len(allocated - blocks)} block(s) no kept graph uses"
             )

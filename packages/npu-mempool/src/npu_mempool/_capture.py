@@ -91,9 +91,9 @@ def capture(
         and leaf.untyped_storage()._cdata not in caller_storages
         for leaf in static_leaves
     ]
-    if rewinds:
-        state.own(t for t, mine in zip(static_leaves, owned, strict=True) if mine)
-        state.own(static_args[i] for i in layout.user if static_args[i] is not args[i])
+    statics = [t for t, mine in zip(static_leaves, owned, strict=True) if mine] + [
+        static_args[i] for i in layout.user if static_args[i] is not args[i]
+    ]
     # An output that is a MUTATED input (or a view of it) keeps that tensor alive through the
     # runner, so its liveness says nothing: such a graph is replaced, never kept.
     mutated = {args[i].untyped_storage()._cdata for i in layout.mutated}
@@ -106,7 +106,7 @@ def capture(
     dst = [static_args[i] for i in layout.user]
     for i in watched:
         static_args[i] = None  # the replay passes the call's own tensors
-    return Entry(
+    entry = Entry(
         key=key,
         graph=graph,
         pool=pool,
@@ -124,6 +124,10 @@ def capture(
         owner=owner,
         per_call=not options.keep_held_outputs,
     )
+    if rewinds:
+        # Recorded per graph, so that freeing the graph lets its memory go (PoolState.disown).
+        state.own(entry, statics)
+    return entry
 
 
 @contextlib.contextmanager

@@ -103,6 +103,7 @@ class Entry:
         "_mine",
         "_owner",
         "_per_call",
+        "_pool",
         "_replay_graph",
         "_stale",
         "_storages",
@@ -112,7 +113,6 @@ class Entry:
         "graph",
         "key",
         "name",
-        "pool",
         "ptrs",
         "state",
         "storages",
@@ -146,7 +146,9 @@ class Entry:
         self.coexists = coexists
         self.graph = graph
         self._replay_graph = graph.replay
-        self.pool = pool
+        # Weakly: a graph kept until its outputs die (PoolState.retire) must not keep its pool
+        # alive, which would make the two a cycle that only the cyclic collector frees.
+        self._pool = weakref.ref(pool)
         # The pool's bookkeeping: this graph records its lent outputs there on every hand-out.
         self.state: PoolState = state_of(pool)
         # Captured after the pool's last rewind so far: the allocator protects its blocks until
@@ -195,6 +197,11 @@ class Entry:
         # no other graph is recorded there, the pool holds nothing else of this graph's memory.
         self._lent = self.state.lenders()
         self._alone = frozenset((id(self),))
+
+    @property
+    def pool(self) -> PoolHandle | None:
+        """The pool the graph was captured into (``None`` once it is gone)."""
+        return self._pool()
 
     def in_use(self) -> bool:
         """Whether an output this graph handed out (or a view of one) is still alive."""
@@ -365,6 +372,7 @@ class Entry:
     def free(self) -> None:
         """Free the graph and the pool memory only it holds (its outputs are no longer used)."""
         self.state.forget(self)
+        self.state.disown(self)
         self.graph.reset()
 
 

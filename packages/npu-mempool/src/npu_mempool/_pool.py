@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, KeysView
 from typing import Any, Protocol
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = ["Lender", "PoolHandle", "PoolState", "live_pool_bytes", "state_of"]
 
@@ -64,6 +65,10 @@ class _Arena:
         self._blocks: dict[int, tuple[int, int, int]] = {}
         self._next_id = 0
         self._ends: list[int] = []  # high-water mark per chunk
+        # The storage of each block's tensor, weakly, and the blocks released while their
+        # storage lived on: freed once it dies (see :meth:`release`).
+        self._storages: dict[int, StorageWeakRef] = {}
+        self._released: set[int] = set()
 
     @property
     def high_water(self) -> int:
@@ -78,7 +83,13 @@ class _Arena:
     @property
     def allocated(self) -> int:
         """Bytes of the blocks allocated now (what the allocator would not hand out)."""
+        self.sweep()
         return sum(length for _, _, length in self._blocks.values())
+
+    def blocks(self) -> set[int]:
+        """The ids of the blocks allocated now."""
+        self.sweep()
+        return set(self._blocks)
 
     def free_spans(self) -> list[Span]:
         """The byte ranges no block covers now, up to each chunk's end.
@@ -136,6 +147,7 @@ class _Arena:
 
     def allocate(self, nbytes: int) -> tuple[int, int, int]:
         """Reserve ``nbytes``; return ``(block id, chunk index, byte offset)``."""
+        self.sweep()
         size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
         for chunk in range(len(self._chunks)):
             offset = self._fit(chunk, size)
@@ -157,14 +169,43 @@ class _Arena:
     def free(self, block: int) -> None:
         # A block forgotten by a rewind is already free; its offset may belong to someone else now.
         self._blocks.pop(block, None)
+        self._storages.pop(block, None)
+        self._released.discard(block)
+
+    def release(self, block: int) -> None:
+        """Free ``block`` once no tensor uses its storage any more (now, if none does).
+
+        What a device allocator does when a graph is reset: the memory of a static buffer or
+        output stays allocated while a tensor holds it (the runner's records of it, an output
+        the caller kept), and goes back to the pool when the last one dies. (:meth:`free` is for
+        blocks whose tensors are known dead.)
+        """
+        storage = self._storages.get(block)
+        if storage is None or storage.expired():  # type: ignore[no-untyped-call]
+            self.free(block)
+        else:
+            self._released.add(block)
+
+    def sweep(self) -> None:
+        """Free the released blocks whose storages died since."""
+        if not self._released:
+            return
+        for block in list(self._released):
+            if self._storages[block].expired():  # type: ignore[no-untyped-call]
+                self.free(block)
 
     def checkpoint(self) -> dict[int, tuple[int, int, int]]:
+        self.sweep()
         return dict(self._blocks)
 
     def rewind(self, state: dict[int, tuple[int, int, int]], keep: set[int]) -> None:
         """Forget every block allocated since ``state`` except the block ids in ``keep``."""
         kept = {block: self._blocks[block] for block in keep if block in self._blocks}
         self._blocks = {**dict(state), **kept}
+        # Forgotten blocks are free already: their storages no longer count.
+        for block in set(self._storages) - set(self._blocks):
+            self._storages.pop(block)
+            self._released.discard(block)
 
     def empty(
         self, shape: torch.Size, dtype: torch.dtype, stride: tuple[int, ...] | None = None
@@ -192,6 +233,7 @@ class _Arena:
             )
             tensor = torch.empty(0, dtype=dtype)
             tensor.set_(raw.untyped_storage(), 0, shape, stride)
+        self._storages[block] = StorageWeakRef(tensor.untyped_storage())  # type: ignore[no-untyped-call]
         return block, tensor
 
 
@@ -243,7 +285,10 @@ class PoolState:
         # Rewind bookkeeping (mode 2): the state before the first capture and the tensors the
         # allocator still owns, which a rewind must neutralise.
         self._checkpoint: Any = None
-        self._owned: list[torch.Tensor] = []
+        # Per graph (by identity), dropped when the graph is freed: a record that outlived its
+        # graph would keep that graph's memory allocated until the next rewind, which a loop
+        # that always holds an output never reaches.
+        self._owned: dict[int, list[torch.Tensor]] = {}
         # Graphs of this pool whose outputs were handed out and may still be held: before a
         # replay or a rewind, their outputs' liveness decides whether the pool memory is free.
         # Changed in place only: graphs keep a view of its keys (lenders()).
@@ -357,13 +402,17 @@ class PoolState:
         """Remember ``state`` as what a rewind returns the pool to."""
         self._checkpoint = state
 
-    def own(self, tensors: Iterable[torch.Tensor]) -> None:
-        """Record pool tensors a later rewind must neutralise (static inputs and outputs)."""
-        self._owned.extend(tensors)
+    def own(self, lender: object, tensors: Iterable[torch.Tensor]) -> None:
+        """Record pool tensors of ``lender`` a later rewind must neutralise (its static buffers)."""
+        self._owned.setdefault(id(lender), []).extend(tensors)
+
+    def disown(self, lender: object) -> None:
+        """``lender`` is freed: its tensors are no longer the pool's to neutralise."""
+        self._owned.pop(id(lender), None)
 
     def owned(self) -> tuple[torch.Tensor, ...]:
-        """The tensors recorded since the last rewind."""
-        return tuple(self._owned)
+        """The tensors recorded since the last rewind, of the graphs not freed since."""
+        return tuple(tensor for tensors in self._owned.values() for tensor in tensors)
 
     def rewound(self) -> None:
         """The pool was rewound: the recorded tensors no longer own their memory."""

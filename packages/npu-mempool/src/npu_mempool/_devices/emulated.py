@@ -41,12 +41,14 @@ class EmulatedGraph:
         self._dst = dst
         self._src = src
         self._shared = list(shared)
-        self._pool = pool
+        # The pool's state, not its handle: a graph kept after its runner let it go must not keep
+        # the handle alive (see Entry.pool).
+        self._state = state_of(pool)
         self._blocks = blocks
         # Where a device graph's intermediates could lie: the spans free at the capture's start,
         # and every chunk mapped since, less the graph's own blocks.
         self._scratch = scratch
-        self._own = state_of(pool).arena.spans_of(blocks)  # type: ignore[union-attr]
+        self._own = self._state.arena.spans_of(blocks)  # type: ignore[union-attr]
 
     def replay(self, args: tuple[Any, ...]) -> None:
         rerun = self._rerun
@@ -61,7 +63,7 @@ class EmulatedGraph:
             self._run(rerun, args)
 
     def _run(self, rerun: Rerun, args: tuple[Any, ...]) -> None:
-        arena = state_of(self._pool).arena
+        arena = self._state.arena
         assert arena is not None
         spans, chunks = self._scratch
         arena.scribble(spans, chunks, self._own)
@@ -74,10 +76,11 @@ class EmulatedGraph:
             base[: source.numel()].copy_(source)
 
     def reset(self) -> None:
-        arena = state_of(self._pool).arena
+        # As a device allocator does: a block goes back to the pool once no tensor holds it.
+        arena = self._state.arena
         assert arena is not None
         for block in self._blocks:
-            arena.free(block)
+            arena.release(block)
         self._blocks = []
         self._rerun = None
 
