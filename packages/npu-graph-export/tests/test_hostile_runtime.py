@@ -486,3 +486,34 @@ def test_the_default_budget_follows_a_container_memory_limit(
     for text in ("", "0", "-1GiB", "lots", "1XB", "nan"):
         with pytest.raises(ValueError, match="expected a size"):
             _budget.parse_bytes(text)
+
+
+def _growing_graph(op_type: str) -> ge.GraphDef:
+    """A graph whose one op turns a 4-element input into a 4 GiB result (or asks to)."""
+    b = GraphBuilder("grow")
+    x = _data(b, ge.DT_FLOAT, (2, 2))
+    attrs: dict[str, Any] = {}
+    huge = 1 << 15
+    if op_type == "PadV3":
+        inputs = [x, b.const(np.array([0, huge, 0, huge], np.int64))]
+        attrs = {"mode": "constant"}
+        shape: tuple[int, ...] = (2 + huge, 2 + huge)
+    elif op_type == "Tile":
+        inputs, shape = [x, b.const(np.array([huge, huge], np.int64))], (2 * huge, 2 * huge)
+    elif op_type == "AsStrided":
+        size = np.array([huge, huge], np.int64)
+        inputs = [x, b.const(size), b.const(np.zeros(2, np.int64)), b.const(np.int64(0))]
+        shape = (huge, huge)
+    else:  # Histogram
+        inputs, shape, attrs = [x], (huge * huge,), {"bins": huge * huge}
+    y = b.add1(op_type, "grow", inputs, x.dtype, shape, attrs)
+    return b.finish([y])
+
+
+@pytest.mark.parametrize("op_type", ["PadV3", "Tile", "AsStrided", "Histogram"])
+def test_an_op_that_grows_its_input_is_refused_before_allocating(
+    tmp_path: Path, op_type: str
+) -> None:
+    air = _write_air(tmp_path / "m.air", _growing_graph(op_type))
+    with pytest.raises(MemoryLimitError, match=rf"'grow' \({op_type}\)"):
+        runtime.load(air, max_bytes=256 * MIB).run(np.ones((2, 2), np.float32))

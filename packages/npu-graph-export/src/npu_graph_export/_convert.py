@@ -182,7 +182,10 @@ def convert(
         converter = converter_for(node.target)
         if converter is None:
             hint = (
-                "higher-order op: use torch.where" if "higher_order" in str(node.target) else None
+                "control flow (torch.cond and other higher-order ops) has no GE converter: "
+                "compute both branches and select with torch.where"
+                if "higher_order" in str(node.target)
+                else None
             )
             refusals.add(op_name(node.target), module_path(node), hint)
             ctx.env[node] = FAILED
