@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import subprocess
 import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import npu_mempool
 import pytest
 import torch
 from npu_mempool import CaptureOptions, GraphRunner, InputKind, _devices, _trace
@@ -19,11 +21,20 @@ Route = Callable[[_devices.GraphBackend], None]
 
 
 class FakeGraph:
-    def __init__(self, log: list[tuple[Any, ...]]) -> None:
-        self.log = log
+    def __init__(self, fake: FakeTorchNpu) -> None:
+        self.fake = fake
         self.replays = 0
         self.resets = 0
         self.captured = False
+
+    def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
+        self.fake.log.append(("capture_begin", pool, self.fake.current, capture_error_mode))
+        self.fake.capturing = True
+
+    def capture_end(self) -> None:
+        self.fake.capturing = False
+        self.fake.reserved += 4096  # a capture grows the pool
+        self.captured = True
 
     def replay(self) -> None:
         assert self.captured, "replay before capture"
@@ -47,23 +58,32 @@ class FakeTorchNpu:
         self.capturing = False
         self.reserved = 0
         self.stream = object()
+        self.current: Any = None
         fake = self
 
         @contextlib.contextmanager
         def graph(
             g: FakeGraph, pool: Any = None, stream: Any = None, capture_error_mode: str = "global"
         ) -> Iterator[None]:
-            fake.log.append(("graph", pool, stream))
-            fake.capturing = True
+            # torch_npu's capture context: a device-wide sync and an emptied cache first.
+            fake.log += [("synchronize",), ("empty_cache",)]
+            with stream_context(stream):
+                g.capture_begin(pool, capture_error_mode)
+                try:
+                    yield
+                finally:
+                    g.capture_end()
+
+        @contextlib.contextmanager
+        def stream_context(stream: Any) -> Iterator[None]:
+            before, fake.current = fake.current, stream
             try:
                 yield
             finally:
-                fake.capturing = False
-                fake.reserved += 4096  # a capture grows the pool
-                g.captured = True
+                fake.current = before
 
         def new_graph() -> FakeGraph:
-            made = FakeGraph(fake.log)
+            made = FakeGraph(fake)
             fake.graphs.append(made)
             return made
 
@@ -75,11 +95,14 @@ class FakeTorchNpu:
         npu = types.SimpleNamespace(
             NPUGraph=new_graph,
             graph=graph,
+            stream=stream_context,
             graph_pool_handle=pool_handle,
             Stream=lambda device=None: fake.stream,
             current_stream=lambda device=None: fake.stream,
             set_stream=lambda stream: None,
             memory_reserved=lambda device=None: fake.reserved,
+            synchronize=lambda device=None: fake.log.append(("synchronize",)),
+            empty_cache=lambda: fake.log.append(("empty_cache",)),
         )
         c = types.SimpleNamespace(
             _npu_getCheckpointState=lambda index, pool: fake._record("get", index, pool),
@@ -138,7 +161,11 @@ def test_runner_drives_the_npu_graph_contract(fake_npu: FakeTorchNpu) -> None:
     runner(torch.ones(4))
     # An empty capture creates the pool, its state is the rewind target, then the real capture.
     assert len(fake_npu.calls("graph_pool_handle")) == 1
-    assert fake_npu.calls("graph") == [("graph", (7, 0), fake_npu.stream)] * 2
+    begin = ("capture_begin", (7, 0), fake_npu.stream, "thread_local")
+    assert fake_npu.calls("capture_begin") == [begin] * 2
+    # Neither capture synchronised the device nor emptied its cache (torch_npu's graph context
+    # does both; see [Note: what a capture pays]).
+    assert fake_npu.calls("synchronize") == fake_npu.calls("empty_cache") == []
     assert fake_npu.calls("get") == [("get", 0, (7, 0))]
     assert inside == [True]  # the callable ran inside the capture only
     dummy, first = fake_npu.graphs
@@ -537,3 +564,35 @@ def test_empty_and_host_outputs_are_not_pool_memory_for_the_rewind_check(
     runner(torch.ones(8))
     # Only the non-empty output (and the static input) are offered to the live-allocation check.
     assert ("check", 2) in api.log
+
+
+def test_task_queue_level_2_runs_every_graph_eagerly_with_one_warning(
+    fake_npu: FakeTorchNpu, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # torch_npu refuses every capture under TASK_QUEUE_ENABLE=2: without a word, every key of
+    # every runner failed to capture and warned on its own, none naming the setting.
+    from npu_mempool import _runner
+
+    monkeypatch.setenv("TASK_QUEUE_ENABLE", "2")
+    monkeypatch.setattr(_runner, "_refusals", set())
+    runners = [GraphRunner(lambda x: x * 2), GraphRunner(lambda x: x + 1)]
+    with caplog.at_level(logging.WARNING):
+        for runner in runners:
+            for size in (2, 3, 2):
+                runner(torch.ones(size))
+    assert fake_npu.calls("capture_begin") == []
+    assert [r.counters.captures for r in runners] == [0, 0]
+    assert [r.counters.eager_calls for r in runners] == [3, 3]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "TASK_QUEUE_ENABLE=2" in warning
+    assert "TASK_QUEUE_ENABLE=1" in warning
+
+
+def test_a_pool_s_keep_alive_graph_counts_in_the_budget(fake_npu: FakeTorchNpu) -> None:
+    budget = npu_mempool.graph_budget("cpu")  # the fake routes CPU tensors through the NPU path
+    start = budget.live
+    runner = GraphRunner(lambda x: x * 2)
+    runner(torch.ones(4))
+    assert budget.live - start == 2  # the pool's keep-alive graph and the runner's
+    runner.reset()  # frees the graph and the runner's own pool, with its keep-alive graph
+    assert budget.live == start

@@ -8,6 +8,7 @@ inputs are copied into pool buffers (mode 3).
 
 from __future__ import annotations
 
+from npu_mempool._budget import GraphBudget, graph_budget
 from npu_mempool._counters import Counters, RecaptureReason, counters
 from npu_mempool._devices import graph_implementation, graph_pool_handle
 from npu_mempool._options import CaptureOptions, InputKind
@@ -37,6 +38,8 @@ __all__ = [
     "InputKind",
     "graph_pool_handle",
     "graph_implementation",
+    "graph_budget",
+    "GraphBudget",
     "PoolHandle",
     "Counters",
     "RecaptureReason",

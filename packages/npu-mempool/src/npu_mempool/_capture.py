@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from npu_mempool._budget import graph_budget
 from npu_mempool._devices import GraphBackend
 from npu_mempool._entry import Entry, storage_ref
 from npu_mempool._keys import Layout
@@ -127,6 +128,7 @@ def capture(
     if rewinds:
         # Recorded per graph, so that freeing the graph lets its memory go (PoolState.disown).
         state.own(entry, statics)
+    entry.count_in(graph_budget(pool.device.type))
     return entry
 
 

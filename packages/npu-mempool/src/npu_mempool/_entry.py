@@ -14,6 +14,7 @@ import torch
 from torch.autograd import profiler
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from npu_mempool._budget import GraphBudget
 from npu_mempool._devices import Graph
 from npu_mempool._outputs import Output, storage_uses
 from npu_mempool._pool import PoolHandle, PoolState, state_of
@@ -91,6 +92,7 @@ class Entry:
     __slots__ = (
         "__weakref__",
         "_alone",
+        "_budget",
         "_build",
         "_clone_output",
         "_copy",
@@ -149,6 +151,8 @@ class Entry:
         # Weakly: a graph kept until its outputs die (PoolState.retire) must not keep its pool
         # alive, which would make the two a cycle that only the cyclic collector frees.
         self._pool = weakref.ref(pool)
+        # Gives the graph back to its device's budget (count_in); nothing until counted.
+        self._budget: Callable[[], object] = _uncounted
         # The pool's bookkeeping: this graph records its lent outputs there on every hand-out.
         self.state: PoolState = state_of(pool)
         # Captured after the pool's last rewind so far: the allocator protects its blocks until
@@ -374,6 +378,15 @@ class Entry:
         self.state.forget(self)
         self.state.disown(self)
         self.graph.reset()
+        self._budget()
+
+    def count_in(self, budget: GraphBudget) -> None:
+        """Count this graph in its device's budget until it is freed (or collected)."""
+        self._budget = budget.hold(self)
+
+
+def _uncounted() -> None:
+    """A graph counted in no budget has nothing to give back."""
 
 
 #: ``tensor.untyped_storage()`` and ``storage._cdata`` as C callables (no frame per argument).

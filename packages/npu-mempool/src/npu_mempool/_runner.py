@@ -20,8 +20,10 @@ from typing import Any
 
 import torch
 
+from npu_mempool._budget import graph_budget
 from npu_mempool._capture import capture
 from npu_mempool._counters import Counters, RecaptureReason, register
+from npu_mempool._devices import GraphBackend
 from npu_mempool._entry import Reclaim, reclaiming
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions, InputKind
@@ -318,6 +320,8 @@ class GraphRunner:
             return self._give_up(decision, args)
         reason = paths.recapture_reason(path, key, args, layout, known)
         pool, backend = paths.pool_for(path, args, layout, self.name)
+        if not self._may_capture(pool, backend):
+            return self._eager_call(args)
         fn = self._specialized.get(key)
         if fn is None:
             fn = self._specialize(key, args) if self._specialize is not None else self._fn
@@ -365,6 +369,24 @@ class GraphRunner:
         # replay is part of the capture, not counted, so counters read the same on every device.
         return entry.replay(args)
 
+    def _may_capture(self, pool: PoolHandle, backend: GraphBackend) -> bool:
+        """Whether the device takes another graph now: not one it refuses, not over its budget.
+
+        A device that refuses every capture (a setting that forbids it) makes the runner eager
+        for good, with one log line for the process (``_refusal``); a full budget makes this
+        call eager, logged once by the budget.
+        """
+        refusal = getattr(backend, "refusal", None)
+        refused = refusal() if refusal is not None else None
+        if refused is not None:
+            _refused_once(refused)
+            self._eager = True
+            self.counters.fallbacks += 1
+            return False
+        needed = getattr(backend, "graphs_needed", None)
+        count = needed(pool) if needed is not None else 1
+        return graph_budget(pool.device.type).admits(count, self.name)
+
     def _layout_checked(self) -> Layout:
         assert self._layout is not None
         return self._layout
@@ -393,6 +415,16 @@ class GraphRunner:
     def _free_graphs(self) -> None:
         self._call_paths.free()
         self._specialized.clear()
+
+
+_refusals: set[str] = set()
+
+
+def _refused_once(reason: str) -> None:
+    """Log why the device refuses captures, once per process and reason."""
+    if reason not in _refusals:
+        _refusals.add(reason)
+        log.warning("%s", reason)
 
 
 def _pool_bytes_of(runner: GraphRunner | None) -> int:

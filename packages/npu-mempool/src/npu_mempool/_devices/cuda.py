@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from npu_mempool._devices.base import GraphBackend
-from npu_mempool._devices.native import DeviceBackend, has_accelerator_graph
+from npu_mempool._devices.native import DeviceBackend, has_accelerator_graph, recording
 from npu_mempool._devices.registry import DeviceType
 
 __all__ = ["DEVICE", "Cuda"]
@@ -63,7 +61,7 @@ class Cuda:
         return torch.cuda.CUDAGraph()
 
     def legacy_context(self, graph: Any, pool_id: Any, stream: Any, error_mode: str) -> Any:
-        return _recording(graph, pool_id, stream, error_mode)
+        return recording(graph, torch.cuda.stream(stream), pool_id, error_mode)
 
     def current_stream(self, device: torch.device) -> Any:
         return torch.cuda.current_stream(device)
@@ -87,22 +85,8 @@ class Cuda:
         if release is not None:
             release(index, pool_id)
 
-
-@contextlib.contextmanager
-def _recording(graph: Any, pool_id: Any, stream: Any, error_mode: str) -> Iterator[None]:
-    """What ``torch.cuda.graph(graph, pool=..., stream=..., capture_error_mode=...)`` does.
-
-    Less its device-wide sync and cache emptying (see [Note: what a capture pays] in
-    ``native``). The capture ends on the way out whatever happened inside, as with
-    ``torch.cuda.graph``; the caller's stream is current again even when ending the capture
-    raised (``native``'s ``_abandon`` then ends it on its own stream).
-    """
-    with torch.cuda.stream(stream):
-        graph.capture_begin(pool=pool_id, capture_error_mode=error_mode)
-        try:
-            yield
-        finally:
-            graph.capture_end()
+    def capture_refusal(self) -> str | None:
+        return None
 
 
 def _backend() -> GraphBackend:

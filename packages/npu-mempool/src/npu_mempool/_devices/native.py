@@ -10,10 +10,17 @@ from typing import Any, Protocol
 
 import torch
 
+from npu_mempool._budget import graph_budget
 from npu_mempool._devices.base import Body, Graph, static_strides
 from npu_mempool._pool import PoolHandle, state_of
 
-__all__ = ["DeviceBackend", "Family", "device_index", "has_accelerator_graph"]
+__all__ = [
+    "DeviceBackend",
+    "Family",
+    "device_index",
+    "has_accelerator_graph",
+    "recording",
+]
 
 
 def has_accelerator_graph() -> bool:
@@ -44,6 +51,25 @@ class Family(Protocol):
     def set_stream(self, stream: Any) -> None: ...
     def end_allocate_to_pool(self, index: int, pool_id: Any) -> bool: ...
     def release_pool(self, index: int, pool_id: Any) -> None: ...
+    def capture_refusal(self) -> str | None: ...
+
+
+@contextlib.contextmanager
+def recording(graph: Any, stream_context: Any, pool_id: Any, error_mode: str) -> Iterator[None]:
+    """What a family's ``graph(graph, pool=..., stream=..., capture_error_mode=...)`` does.
+
+    ``torch.cuda.graph`` and ``torch_npu.npu.graph`` less their device-wide sync and cache
+    emptying (see [Note: what a capture pays]): ``capture_begin`` into the pool inside
+    ``stream_context`` (the family's ``stream(s)``), and the capture ends on the way out whatever
+    happened inside. The caller's stream is current again even when ending the capture raised
+    (``_abandon`` then ends it on its own stream).
+    """
+    with stream_context:
+        graph.capture_begin(pool=pool_id, capture_error_mode=error_mode)
+        try:
+            yield
+        finally:
+            graph.capture_end()
 
 
 class _DeviceGraph:
@@ -71,6 +97,14 @@ class DeviceBackend:
 
     def new_pool(self, device: torch.device) -> PoolHandle:
         return PoolHandle(device, native=self._family.pool_id())
+
+    def refusal(self) -> str | None:
+        """Why this device refuses every capture now (a setting), or ``None``."""
+        return self._family.capture_refusal()
+
+    def graphs_needed(self, pool: PoolHandle) -> int:
+        """Graphs a capture into ``pool`` adds: its own, and the pool's keep-alive at first."""
+        return 1 if state_of(pool).keepalive else 2
 
     @contextlib.contextmanager
     def _capturing(
@@ -236,6 +270,8 @@ class DeviceBackend:
             with self._capturing(pool, made):
                 pass
         state.keepalive.extend(made)
+        # It takes a device stream like any graph: counted while the handle lives.
+        graph_budget(pool.device.type).hold(pool)
         self._measure(pool, before)
 
     def checkpoint(self, pool: PoolHandle) -> bool:

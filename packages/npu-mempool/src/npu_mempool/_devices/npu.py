@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 import torch
 
 from npu_mempool._devices.base import GraphBackend
-from npu_mempool._devices.native import DeviceBackend, has_accelerator_graph
+from npu_mempool._devices.native import DeviceBackend, has_accelerator_graph, recording
 from npu_mempool._devices.registry import DeviceType
 
 __all__ = ["DEVICE", "Npu"]
@@ -56,9 +57,9 @@ class Npu:
         return _torch_npu().npu.NPUGraph()
 
     def legacy_context(self, graph: Any, pool_id: Any, stream: Any, error_mode: str) -> Any:
-        return _torch_npu().npu.graph(
-            graph, pool=pool_id, stream=stream, capture_error_mode=error_mode
-        )
+        # Not torch_npu.npu.graph, which synchronises the device and empties its caches before
+        # every capture (see [Note: what a capture pays] in native).
+        return recording(graph, _torch_npu().npu.stream(stream), pool_id, error_mode)
 
     def current_stream(self, device: torch.device) -> Any:
         return _torch_npu().npu.current_stream(device)
@@ -87,6 +88,19 @@ class Npu:
         release = getattr(getattr(_torch_npu(), "_C", None), "_npu_releasePool", None)
         if release is not None:
             release(index, pool_id)
+
+    def capture_refusal(self) -> str | None:
+        # torch_npu refuses to capture with the task queue's level 2, which Ascend recommends
+        # for host-bound eager models: every capture would fail, one warning per graph key,
+        # none naming the cause.
+        if os.environ.get("TASK_QUEUE_ENABLE", "").strip() == "2":
+            return (
+                "TASK_QUEUE_ENABLE=2 is set, and torch_npu refuses to capture graphs under it: "
+                "every graph runs eagerly. Set TASK_QUEUE_ENABLE=1 (a replay queues one task "
+                "per graph, so level 2's faster dispatch buys nothing there), or leave graph "
+                "capture off"
+            )
+        return None
 
 
 def _registers_accelerator_graph() -> bool:
