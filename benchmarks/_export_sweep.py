@@ -121,7 +121,9 @@ def causal_lm(case: Case) -> bool:
 
 def _inputs(case: Case, model: torch.nn.Module, length: int, seed: int) -> dict[str, Any]:
     inputs = {k: v for k, v in case.inputs(length, seed).items() if k not in TRAINING_TARGETS}
-    if "use_cache" in inspect.signature(model.forward).parameters:
+    parameters = inspect.signature(model.forward).parameters
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+    if "use_cache" in parameters or (takes_any and hasattr(model.config, "use_cache")):
         inputs["use_cache"] = False
     return inputs
 

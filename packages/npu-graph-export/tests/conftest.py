@@ -495,6 +495,9 @@ GE_OPS: dict[str, GeOp] = {
     ),  # pad_ops.h
     "Tile": GeOp(("x", "multiples"), ("y",), {}),  # selection_ops.h
     "TensorScatterAdd": GeOp(("x", "indices", "updates"), ("y",), {}),  # matrix_calculation_ops.h
+    "ScatterElements": GeOp(
+        ("data", "indices", "updates"), ("y",), {"axis": ("i", False), "reduction": ("s", False)}
+    ),  # matrix_calculation_ops.h
     "AsStrided": GeOp(
         ("x", "size", "stride", "storage_offset"), ("y",), {}
     ),  # transformation_ops.h

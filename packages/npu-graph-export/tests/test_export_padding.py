@@ -212,3 +212,22 @@ def test_fold_and_unfold(kernel: Any, stride: Any, export_check: Check) -> None:
         return F.fold(patches * 2, (6, 7), kernel, stride=stride)
 
     export_check(Fn(round_trip), x, atol=1e-5)
+
+
+class Scatters(nn.Module):
+    """scatter with a tensor, a scalar and adding (a router's group mask, counts per bin)."""
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor) -> Any:
+        mask = torch.zeros_like(x).scatter(1, index, 1.0)
+        written = x.scatter(0, index[:2], x[:3] * 10)  # only src[:2, :2] is read
+        counts = torch.zeros(4, 2).scatter_add(0, index.remainder(4), x[:, :2])
+        return mask, written, counts
+
+
+def test_scatter_is_scatter_elements(export_check: Check) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(5, 4)
+    index = torch.tensor([[0, 3], [1, 1], [2, 0], [3, 2], [0, 0]])
+    graph = export_check(Scatters(), x, index)
+    reductions = sorted(op.attr["reduction"].s for op in _ops(graph, "ScatterElements"))
+    assert reductions == [b"add", b"none", b"none"]

@@ -188,6 +188,7 @@ OPS: dict[str, OpSpec] = {
     "Cumsum": OpSpec(("x", "axis"), ("y",)),
     "TensorScatterUpdate": OpSpec(("x", "indices", "updates"), ("y",)),
     "TensorScatterAdd": OpSpec(("x", "indices", "updates"), ("y",)),
+    "ScatterElements": OpSpec(("data", "indices", "updates"), ("y",)),
     "StridedSliceV2": OpSpec(
         ("x", "begin", "end", "axes", "strides"), ("y",), frozenset({"axes", "strides"})
     ),

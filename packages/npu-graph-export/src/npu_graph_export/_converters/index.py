@@ -192,3 +192,48 @@ def _scatter_at(
         return ctx.emit("Identity", [scattered])
     inverse = [perm.index(i) for i in range(rank)]
     return ctx.emit("Transpose", [scattered, ctx.ints(inverse, "back_perm")])
+
+
+@register(aten.scatter.src, aten.scatter.value, aten.scatter_add.default)
+def _scatter(ctx: Context, node: fx.Node) -> Value:
+    # x.scatter(dim, index, src): GE's ScatterElements (ONNX's), whose updates have the index's
+    # shape; ATen reads only that corner of a larger src, and broadcasts a scalar value.
+    x_arg, dim, index_arg, source = list(args_of(node))[:4]
+    dtype = ctx.out_dtype()
+    x = ctx.tensor(x_arg, dtype)
+    index = ctx.tensor(index_arg, ge.DT_INT64)
+    axis = positive_dim(int(dim), max(len(x.shape), 1))
+    if any(d < 0 for d in index.shape):
+        raise UnsupportedOpError("scatter with an index shape known only at run time")
+    if node.target is aten.scatter.value:
+        updates = ctx.emit(
+            "BroadcastTo",
+            [ctx.tensor(source, dtype), ctx.ints(list(index.shape), "updates_shape")],
+            shape=index.shape,
+            suffix="updates",
+        )
+    else:
+        updates = ctx.tensor(source, dtype)
+        if updates.shape != index.shape:
+            rank = len(index.shape)
+            updates = ctx.emit(
+                "StridedSliceV2",
+                [
+                    updates,
+                    ctx.ints([0] * rank, "begin"),
+                    ctx.ints(list(index.shape), "end"),
+                    ctx.ints(list(range(rank)), "axes"),
+                    ctx.ints([1] * rank, "strides"),
+                ],
+                {
+                    "begin_mask": 0,
+                    "end_mask": 0,
+                    "ellipsis_mask": 0,
+                    "new_axis_mask": 0,
+                    "shrink_axis_mask": 0,
+                },
+                shape=index.shape,
+                suffix="updates",
+            )
+    reduction = "add" if node.target is aten.scatter_add.default else "none"
+    return ctx.emit("ScatterElements", [x, index, updates], {"axis": axis, "reduction": reduction})

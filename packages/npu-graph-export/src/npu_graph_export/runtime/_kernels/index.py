@@ -16,6 +16,7 @@ from npu_graph_export.runtime._kernels._base import (
     attr_bool,
     attr_int,
     attr_ints,
+    attr_str,
     kernel,
     normalize_axis,
 )
@@ -109,3 +110,33 @@ def _assign(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
     # The ref is the caller's array (RefData): updated in place, as on the device.
     np.copyto(ref, value.astype(ref.dtype, copy=False))
     return [ref]
+
+
+@kernel("ScatterElements")
+def _scatter_elements(op: ge.OpDef, xs: Sequence[Array], _: Collectives) -> list[Array]:
+    data, indices, updates = xs[0], xs[1].astype(np.int64), xs[2]
+    reduction = attr_str(op, "reduction", "none")
+    if reduction not in ("none", "add"):
+        raise KernelError(f"ScatterElements reduction {reduction!r} is not supported (none, add)")
+    if indices.shape != updates.shape or indices.ndim != data.ndim:
+        raise KernelError(
+            f"ScatterElements of {list(updates.shape)} updates at indices "
+            f"{list(indices.shape)} into {list(data.shape)}"
+        )
+    axis = normalize_axis(attr_int(op, "axis", 0), data.ndim) if data.ndim else 0
+    size = data.shape[axis] if data.ndim else 1
+    if indices.size and (indices.min() < -size or indices.max() >= size):
+        raise KernelValueError(f"scatter index out of range for a dimension of size {size}")
+    # Along the other dimensions the indices cover a corner of the data (as in PyTorch).
+    corner = [i > d for i, d in zip(indices.shape, data.shape, strict=True)]
+    if any(past for k, past in enumerate(corner) if k != axis):
+        raise KernelError(f"ScatterElements indices {list(indices.shape)} past {list(data.shape)}")
+    where: list[Array] = list(np.indices(indices.shape))
+    where[axis] = indices % size
+    y = np.array(data, copy=True)
+    values = updates.astype(data.dtype, copy=False)
+    if reduction == "add":
+        np.add.at(y, tuple(where), values)
+    else:
+        y[tuple(where)] = values
+    return [y]
