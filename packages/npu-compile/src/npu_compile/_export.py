@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from npu_graph_export import ExportConfig, ExportResult
-from npu_graph_export import dynamo_export as export
 
 from npu_compile import _config_checks
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import ConfigError
+
+if TYPE_CHECKING:
+    from npu_graph_export import ExportResult
 
 
 def dynamo_export(
@@ -59,6 +60,11 @@ def dynamo_export(
             "weight addresses belong to a running process, not to an offline graph); set it to "
             "False for the export"
         )
+    # Imported here: the exporter loads its converters, torch's symbolic shapes and sympy, which
+    # a process that never exports should not pay for at `import npu_compile`.
+    from npu_graph_export import ExportConfig
+    from npu_graph_export import dynamo_export as export
+
     _config_checks.warn_no_effect(config, set())
     experimental = config.export.experimental
     # The TorchAir tree is the facade; the exporter gets its own frozen, checked options.

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.fx.experimental.symbolic_shapes import free_symbols
 
 __all__ = ["Tensorified", "tensorify_int_inputs"]
 
@@ -84,6 +83,9 @@ class Tensorified:
 
 
 def _symbols_in_shapes(gm: torch.fx.GraphModule) -> set[Any]:
+    # Imported here: symbolic shapes load sympy, which `import npu_compile` should not pay for.
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
     found: set[Any] = set()
     for node in gm.graph.nodes:
         value = node.meta.get("val")
@@ -103,6 +105,8 @@ def tensorify_int_inputs(
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         return None
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
     in_shapes = _symbols_in_shapes(gm)
     candidates = [
         (index, node)
