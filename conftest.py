@@ -32,7 +32,14 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     """The fenced code blocks of the documentation, as tests (``testing/doc_blocks.py``)."""
     if file_path.suffix != ".md":
         return None
-    # Imported here: only a run that collects Markdown files needs Sybil.
+    # pytest offers every file of a directory it walks through, even on the way to one test file
+    # (`pytest packages/x/tests/test_y.py` walks the root and sees README.md): only a Markdown
+    # file the run asked for, itself or by a directory above it, is collected. Sybil is then
+    # imported only by a run of the documentation: the device suite's test runs, on a machine
+    # without Sybil, never reach it.
+    session = parent.session
+    if not any(session.isinitpath(path) for path in (file_path, *file_path.parents)):
+        return None
     from doc_blocks import collect
 
     collected: pytest.Collector | None = collect(file_path, parent)

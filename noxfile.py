@@ -25,6 +25,7 @@ nox.options.sessions = [
     "consistency",
     "tests",
     "integration",
+    "device-suite",
     "isolation",
     "vllm",
     "npu_contracts",
@@ -120,11 +121,80 @@ DOCUMENTS = (
 )
 
 
+# The device suite's tests, dry run included, run in `device-suite`, with the device image's
+# packages only.
+DEVICE_SUITE_TESTS = "integration_tests/test_device_suite.py"
+
+
 @nox.session(python=PYTHONS[0])
 def integration(session: nox.Session) -> None:
     """Cross-package tests and the documentation's code blocks, with every package installed."""
     session.install(*CONSTRAINTS, *TEST_TOOLS, *_editables(*PACKAGES))
-    session.run("pytest", *PYTEST_PARALLEL, "integration_tests", *DOCUMENTS, *session.posargs)
+    session.run(
+        "pytest",
+        *PYTEST_PARALLEL,
+        f"--ignore={DEVICE_SUITE_TESTS}",
+        "integration_tests",
+        *DOCUMENTS,
+        *session.posargs,
+    )
+
+
+# The Python packages a device machine has besides torch (and torch's own dependencies), listed in
+# docs/device-suite.md: the device suite installs nothing, so its dry run runs in a venv of torch
+# and these alone. A test or a step that needs one more package (Sybil, pytest-xdist, a package of
+# this repository installed rather than on PYTHONPATH) then fails in CI, not on a device.
+DEVICE_IMAGE = ("numpy", "protobuf", "pytest", "hypothesis", "transformers>=5,<6")
+
+# Prints the installed distributions that torch and DEVICE_IMAGE (its arguments) do not require,
+# transitively; an extra's requirements do not count. A reused venv keeps what an earlier, longer
+# list installed: this finds it. A dependency for another platform counts as required, which is
+# harmless: it is not installed here.
+_NOT_REQUIRED_SCRIPT = """
+import importlib.metadata as metadata, re, sys
+def name(requirement):
+    return re.sub(r"[-_.]+", "-", re.split(r"[\\s<>=!~;\\[(]", requirement, maxsplit=1)[0]).lower()
+required, pending = set(), [name(r) for r in sys.argv[1:]]
+while pending:
+    dist = pending.pop()
+    if dist in required:
+        continue
+    required.add(dist)
+    try:
+        requires = metadata.distribution(dist).requires or []
+    except metadata.PackageNotFoundError:
+        continue
+    pending += [name(r) for r in requires if "extra" not in r.partition(";")[2]]
+installed = {name(d.metadata["Name"]) for d in metadata.distributions()}
+print("not required:", *sorted(installed - required - {"pip", "setuptools", "wheel"}))
+"""
+
+
+@nox.session(python=PYTHONS[0], name="device-suite")
+def device_suite(session: nox.Session) -> None:
+    """The device suite's CPU dry run and its tests, in a venv of the device image's packages only.
+
+    torch and DEVICE_IMAGE are all it installs: the repository's packages run from their sources
+    (PYTHONPATH), as the suite runs them on a device. The venv is made once and reused.
+    """
+    session.install(*CONSTRAINTS, "torch", *DEVICE_IMAGE)
+    listed = str(
+        session.run("python", "-c", _NOT_REQUIRED_SCRIPT, "torch", *DEVICE_IMAGE, silent=True)
+    )
+    (line,) = [line for line in listed.splitlines() if line.startswith("not required:")]
+    extra = line.split()[2:]
+    if extra:
+        session.log("not in the device image, uninstalled: %s", ", ".join(extra))
+        session.run("python", "-m", "pip", "uninstall", "--yes", "--quiet", *extra)
+    sources = os.pathsep.join(str(ROOT / "packages" / name / "src") for name in PACKAGES)
+    session.run(
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        DEVICE_SUITE_TESTS,
+        *session.posargs,
+        env={"PYTHONPATH": sources},
+    )
 
 
 # The torch releases `nox -s compat` runs against: the oldest the packages accept, the one CI pins

@@ -32,6 +32,57 @@ import _code
 #: What ``environment`` exits with when there is no accelerator (and no ``--dry-run``).
 NO_DEVICE = 3
 
+#: Environment variables that change what the figures mean, recorded set or not (``null``: unset):
+#: the caching allocator's settings (a pool's segments and whether blocks are cached at all), the
+#: NPU task queue, launches made synchronous (every replay and copy then waits for the device),
+#: the devices visible, the CUDA libraries' modes and the host's thread counts.
+RECORDED_VARIABLES = (
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "PYTORCH_NPU_ALLOC_CONF",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "TASK_QUEUE_ENABLE",
+    "CUDA_LAUNCH_BLOCKING",
+    "ASCEND_LAUNCH_BLOCKING",
+    "CUDA_VISIBLE_DEVICES",
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "CUDA_MODULE_LOADING",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "NVIDIA_TF32_OVERRIDE",
+    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+    "MULTI_STREAM_MEMORY_REUSE",
+    "INF_NAN_MODE_ENABLE",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
+#: Variables of these families are recorded too when set: torch's, its compilers', the CUDA and
+#: Ascend runtimes'. A name that looks like a credential never is.
+RECORDED_PREFIXES = (
+    "PYTORCH_",
+    "TORCH_",
+    "TORCHDYNAMO_",
+    "TORCHINDUCTOR_",
+    "CUDA_",
+    "CUBLAS",
+    "CUDNN",
+    "NCCL_",
+    "ASCEND_",
+    "ACL_",
+    "HCCL_",
+)
+_CREDENTIAL_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
+
+
+def recorded_variables(environ: dict[str, str]) -> dict[str, str | None]:
+    """The variables of ``RECORDED_VARIABLES`` (``None`` when unset) and of its families."""
+    found: dict[str, str | None] = {name: environ.get(name) for name in RECORDED_VARIABLES}
+    for name in sorted(environ):
+        credential = any(word in name.upper() for word in _CREDENTIAL_WORDS)
+        if name.startswith(RECORDED_PREFIXES) and not credential:
+            found.setdefault(name, environ[name])
+    return found
+
 
 def _load(path: Path) -> dict[str, Any]:
     if path.exists():
@@ -126,6 +177,7 @@ def environment(args: argparse.Namespace) -> int:
         "--format=csv",
     )
     info["npu_smi"] = _command("npu-smi", "info")
+    info["variables"] = recorded_variables(dict(os.environ))
     # The tool's whole report goes to the log only.
     print(_command("nvidia-smi") or _command("npu-smi", "info") or "no nvidia-smi or npu-smi")
     path = Path(args.summary)
@@ -168,6 +220,14 @@ def _digest(name: str, out: Path) -> dict[str, Any] | None:
         root = ET.parse(path).getroot()
         counts = ("tests", "failures", "errors", "skipped")
         digest: dict[str, Any] = {k: int(root.get(k) or 0) for k in counts}
+        digest["passed"] = digest["tests"] - sum(digest[k] for k in counts[1:])
+        # A skipped test checked nothing: how many, and why (the tests that never ran on the
+        # device are among them, under the conftest's reason).
+        reasons: dict[str, int] = {}
+        for skipped in root.iter("skipped"):
+            reason = (skipped.get("message") or "no reason given").strip()[:200]
+            reasons[reason] = reasons.get(reason, 0) + 1
+        digest["skip reasons"] = dict(sorted(reasons.items(), key=lambda item: -item[1]))
         digest["not passed"] = [
             f"{case.get('classname')}::{case.get('name')}: {kind.tag} {kind.get('message')}"[:300]
             for case in root.iter("testcase")
@@ -189,9 +249,18 @@ def step(args: argparse.Namespace) -> int:
         "timeout_s": args.timeout,
         "estimate_s": args.estimate,
     }
-    if args.note:
-        entry["note"] = args.note
     digest = _digest(args.name, Path(args.out)) if args.out else None
+    note = args.note
+    if args.name == "device_tests" and digest is not None and digest["skipped"]:
+        # Named in the step's own line: a step whose tests were skipped passed for nothing.
+        skipped = (
+            f"{digest['skipped']} of {digest['tests']} tests skipped, {digest['passed']} passed"
+        )
+        if document.get("environment", {}).get("dry_run"):
+            skipped += " (dry run: no device)"
+        note = f"{note}; {skipped}" if note else skipped
+    if note:
+        entry["note"] = note
     if digest is not None:
         entry["digest"] = digest
     if args.status not in ("ok", "skipped") and args.log:
@@ -291,10 +360,12 @@ def finish(args: argparse.Namespace) -> int:
         if s["name"] == "smoke" and digest:
             print(f"smoke: {len(digest['checks'])} checks, failed: {', '.join(failed) or 'none'}")
         if s["name"] == "device_tests" and digest:
-            counts = {k: digest[k] for k in ("tests", "failures", "errors", "skipped")}
+            counts = {k: digest[k] for k in ("tests", "passed", "failures", "errors", "skipped")}
             print(f"device tests: {counts}")
             for line in digest["not passed"]:
                 print(f"  {line[:200]}")
+            for reason, count in digest["skip reasons"].items():
+                print(f"  skipped {count}: {reason}")
     for line in _figure_lines(figures):
         print(line)
     if "code" in document:

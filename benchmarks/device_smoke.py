@@ -18,23 +18,34 @@ was running). In order:
 - ``decode_loop``: a greedy decode loop through ``torch.compile(backend=npu_compile...)`` gives
   eager's tokens, without and with a step boundary per step;
 - ``host_sync_pieces``: a graph with a host sync (``.item()``) is split into captured pieces;
+- ``dropout_masks``: dropout in training mode, captured: every replay draws a new mask, keeping
+  the expected share (masks compared as distributions, not values);
+- ``train_step``: forward, backward and an AdamW step compiled as one function with
+  ``backend="npu_compile"``: eager's loss and parameters for three steps, captured and replayed;
+- ``runner_autocast``: a ``GraphRunner`` under bfloat16 autocast gives autocast's numbers and
+  dtype, and float32 ones after the block;
 - in child processes, started first and run beside the others, so that an abort (a failed
   ``TORCH_INTERNAL_ASSERT``, a segfault) is recorded as a finding instead of ending the run:
   ``multi_stream`` (tagged streams and events through the runner), ``capture_error_python`` (a
   plain Python error raised inside the capture body), ``capture_stream_wait`` (a stream wait
   inside the capture on a stream that is not part of it), ``capture_host_sync`` (``.item()``
   inside a runner's capture), ``streams_record_wait`` (``npu_streams.record()`` and ``wait()`` in
-  a function compiled with the backend: eager's numbers, one graph captured whole; in the process
-  of ``capture_stream_wait``), ``held_output_new_shape`` (an output held across a mode-2 pool
-  rewind and the capture of a new shape) and ``force_recapture_held`` (an output held across a
-  forced recapture of its graph), both in one process; a held output must keep eager's values
-  or raise ``StaleOutputError``;
+  a function compiled with the backend: eager's numbers, one graph captured whole) and
+  ``stream_scope_after_split`` (a graph split into pieces before, inside and across a stream
+  scope: eager's numbers, every event a piece waits on recorded in that piece), the last two in
+  the process of ``capture_stream_wait``; ``held_output_new_shape`` (an output held across a
+  mode-2 pool rewind and the capture of a new shape), ``force_recapture_held`` (an output held
+  across a forced recapture of its graph) and ``force_recapture_memory`` (200 forced recaptures,
+  each output held while the next call captures: the pool stays within twice its size after 10
+  calls), in one process; with no step boundary crossed, a held output must keep eager's values
+  (``StaleOutputError`` is a failure there);
 - ``capture_time``: what one capture costs through the runner, next to what torch's capture
   context managers add before every capture (device sync and cache emptying) and a whole
   allocator snapshot, which the runner no longer pays;
 - ``replay_overhead``: a one-kernel graph through the runner against a raw ``torch.cuda.CUDAGraph``
   replay plus its input copy (target: runner <= 1.2x), with the raw replay's device time and
-  whether the call is host-bound (only then does the ratio show the runner's cost).
+  whether the call is host-bound (only then does the ratio show the runner's cost); the runner
+  must have captured once and replayed every timed call.
 
 On a machine without an accelerator it runs the same checks on the CPU emulation (``--tiny`` for
 small sizes): a check that the script works, not a result.
@@ -47,7 +58,9 @@ Writes DIR/smoke.json; exits 1 when a check failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import itertools
 import json
 import os
 import statistics
@@ -55,7 +68,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +78,8 @@ from _common import bound, device_us_per_call, pick_device, write_json
 
 #: Prefix of the one line a child process prints its result on.
 RESULT = "device-smoke-result: "
+#: The counters of a runner that count calls (``pool_bytes`` is memory, not a count).
+_COUNTED = ("captures", "replays", "fallbacks", "eager_calls")
 
 
 @dataclass
@@ -389,6 +404,189 @@ def check_host_sync_pieces(ctx: Context) -> dict[str, Any]:
     return result
 
 
+def check_dropout_masks(ctx: Context) -> dict[str, Any]:
+    """Dropout in training mode, captured: each replay draws a new mask, at the expected rate.
+
+    A graph that froze its random numbers at capture would zero the same entries on every
+    replay. Masks are compared as distributions (the share kept, the share two calls agree on),
+    never as values: the device's generator is not the CPU's.
+    """
+    from npu_compile import get_npu_backend
+
+    device = ctx.device
+    p, rows, width = 0.25, 64, 64
+    keep = 1 - p
+    n = rows * width
+    # Two independent masks agree where both keep or both drop an entry.
+    agree = keep**2 + p**2
+    # Five standard deviations of a share of n draws: a correct generator fails about once in
+    # two million checks.
+    keep_tolerance = 5 * (keep * p / n) ** 0.5
+    agree_tolerance = 5 * (agree * (1 - agree) / n) ** 0.5
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(width, width).to(device)
+    model = torch.nn.Sequential(linear, torch.nn.Dropout(p)).train()
+    backend = get_npu_backend()
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    x = torch.randn(rows, width, device=device)
+    calls = ctx.warmup + 1 + 6  # the warm-up calls, the capture, then six replays
+    masks = []
+    with torch.no_grad():
+        dense = linear(x)  # what dropout zeroes or scales
+        for _ in range(calls):
+            y = compiled(x)
+            kept = y != 0
+            # The entries kept are the dense ones scaled by 1 / (1 - p): the graph is dropout.
+            close(y[kept], dense[kept] / keep)
+            masks.append(kept.clone())
+            del y
+    stats = backend.stats
+    runners = stats.runners
+    captured = masks[ctx.warmup :]  # from the capture on: the calls the graph answered
+    keep_shares = [round(float(m.float().mean()), 4) for m in captured]
+    agreements = [round(float((a == b).float().mean()), 4) for a, b in itertools.pairwise(captured)]
+    result = {
+        "p": p,
+        "entries": n,
+        "kept share per call (expected)": f"{keep} +- {keep_tolerance:.3f}",
+        "kept share per call": keep_shares,
+        "share two calls agree on (expected; 1.0: the same mask)": f"{agree} +- "
+        f"{agree_tolerance:.3f}",
+        "share consecutive calls agree on": agreements,
+        "runners": [
+            {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
+        ],
+        "fallbacks": [str(f) for f in stats.fallbacks],
+    }
+    torch._dynamo.reset()
+    problems = []
+    if stats.fallbacks or any(r.counters.fallbacks for r in runners):
+        problems.append("not captured: it fell back")
+    replays = sum(r.counters.replays for r in runners)
+    if stats.captured != 1 or replays != calls - ctx.warmup - 1:
+        problems.append(f"captured {stats.captured} graph(s), {replays} replays")
+    if any(abs(share - keep) > keep_tolerance for share in keep_shares):
+        problems.append(f"a call kept a share outside {keep} +- {keep_tolerance:.3f}")
+    if any(abs(share - agree) > agree_tolerance for share in agreements):
+        problems.append(
+            "consecutive calls agree on a share outside "
+            f"{agree} +- {agree_tolerance:.3f} (1.0: every replay reused one mask)"
+        )
+    assert not problems, f"{'; '.join(problems)}: {result}"
+    return result
+
+
+def _named_backend() -> str:
+    """``"npu_compile"``, the name ``torch.compile`` knows the backend by, made known if need be.
+
+    An installed npu-compile names it through its ``torch_dynamo_backends`` entry point; the suite
+    runs the packages from their sources, which have no entry points, so the check registers the
+    same function under the same name.
+    """
+    from npu_compile.backend import npu_compile_backend
+
+    if "npu_compile" not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(npu_compile_backend, "npu_compile")
+    return "npu_compile"
+
+
+def check_train_step(ctx: Context) -> dict[str, Any]:
+    """Forward, backward and an optimizer step compiled as one function: eager's every step."""
+    import npu_mempool
+    from npu_compile.backend import process_stats
+
+    device = ctx.device
+
+    def make() -> tuple[torch.nn.Module, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)
+        ).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+        def step(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            loss = torch.nn.functional.mse_loss(model(x), target)
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            optimizer.zero_grad()
+            return loss
+
+        return model, step
+
+    torch._dynamo.reset()
+    name = _named_backend()
+    stats_before, counters_before = process_stats(), npu_mempool.counters.snapshot()
+    reference, reference_step = make()
+    model, step = make()
+    compiled = torch.compile(step, backend=name)
+    losses = []
+    for index in range(3):
+        generator = torch.Generator().manual_seed(index)
+        x = torch.randn(16, 32, generator=generator).to(device)
+        target = torch.randn(16, 8, generator=generator).to(device)
+        expected = reference_step(x, target)
+        got = compiled(x, target)
+        close(got, expected)
+        losses.append(round(float(got.detach()), 6))
+        for (label, mine), theirs in zip(
+            model.named_parameters(), reference.parameters(), strict=True
+        ):
+            try:
+                close(mine, theirs)
+            except AssertionError as error:
+                raise AssertionError(f"step {index}: parameter {label} differs: {error}") from None
+    stats_after, counters_after = process_stats(), npu_mempool.counters.snapshot()
+    moved = {k: stats_after[k] - stats_before[k] for k in ("fx_graphs", "captured", "fallbacks")}
+    runs = {k: counters_after[k] - counters_before[k] for k in _COUNTED}
+    torch._dynamo.reset()
+    result = {"losses": losses, "backend": moved, "runners": runs}
+    assert (moved["fallbacks"], runs["fallbacks"]) == (0, 0), f"fell back: {result}"
+    assert min(moved["captured"], runs["captures"]) >= 1, f"nothing captured: {result}"
+    assert runs["replays"] > 0, f"never replayed: {result}"
+    return result
+
+
+def check_runner_autocast(ctx: Context) -> dict[str, Any]:
+    """A runner under bfloat16 autocast gives autocast's numbers; after the block, float32's."""
+    from npu_mempool import GraphRunner, InputKind
+
+    device = ctx.device
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w)  # a bfloat16 matmul under autocast, float32 outside it
+
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, device=device) / 8
+    runner = GraphRunner(fn, input_kinds=[InputKind.USER, InputKind.PARAMETER])
+    calls = ctx.warmup + 3  # warm-up, capture, two replays in each state
+    dtypes: dict[str, list[str]] = {"under autocast": [], "after it": []}
+
+    def both(x: torch.Tensor, state: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if state == "under autocast":
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                return runner(x, w), fn(x, w)
+        return runner(x, w), fn(x, w)
+
+    for state in dtypes:
+        for _ in range(calls):
+            got, expected = both(torch.randn(16, 64, device=device), state)
+            dtypes[state].append(str(got.dtype).removeprefix("torch."))
+            assert got.dtype == expected.dtype, f"{state}: {got.dtype}, eager {expected.dtype}"
+            if got.dtype == torch.bfloat16:
+                # Another matmul algorithm moves the last bits of bfloat16's 8.
+                torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
+            else:
+                close(got, expected)
+            del got  # a held output would send the next call to a second call path
+    assert dtypes["under autocast"][0] == "bfloat16", dtypes
+    assert dtypes["after it"][0] == "float32", dtypes
+    got_counts = counted(runner)
+    expected_counts = graph_counts(["bf16"] * calls + ["f32"] * calls, ctx.warmup)
+    assert got_counts == expected_counts, f"counters {got_counts}, expected {expected_counts}"
+    return {"dtypes": dtypes, "counters": got_counts, "graphs": runner.num_graphs}
+
+
 def check_capture_time(ctx: Context) -> dict[str, Any]:
     """What one capture costs, and what the runner no longer pays before and after it."""
     from npu_mempool import CaptureOptions, GraphRunner, InputKind
@@ -553,6 +751,20 @@ def check_replay_overhead(ctx: Context) -> dict[str, Any]:
         result: dict[str, Any] = {
             "us per call (best of repeats)": {name: per_call_us(v) for name, v in variants.items()}
         }
+    # A runner that fell back to eager, or captured again and again, would time something else:
+    # its one graph is captured once, after the warm-up need, and every later call replays it.
+    runner_calls = 1 + 50 + repeats * calls
+    expected = {
+        "captures": 1,
+        "replays": runner_calls - ctx.warmup - 1,
+        "eager_calls": ctx.warmup,
+        "fallbacks": 0,
+    }
+    got = counted(runner) | {"fallbacks": runner.counters.fallbacks}
+    result["runner counters"] = got
+    assert got == expected, (
+        f"the runner did not replay every timed call: {got}, expected {expected}"
+    )
     figures = result["us per call (best of repeats)"]
     if "raw replay + input copy" in figures:
         raw_wall = figures["raw replay + input copy"]
@@ -735,21 +947,25 @@ def child_capture_host_sync(device: torch.device, tiny: bool) -> dict[str, Any]:
 
 
 def _held_outcome(held: torch.Tensor, expected: torch.Tensor) -> str:
-    """What an output held across a later call reads: eager's values, or StaleOutputError.
+    """What an output held across a later call reads: eager's values, and nothing else.
 
-    Anything else (other values, read without an error) is the failure: a caller that kept the
-    output would compute on numbers that are not its own.
+    No step boundary lies between the calls (no ``mark_step_begin()``), so nothing may take the
+    output back: ``StaleOutputError`` there is a failure, as are other values (a caller that kept
+    the output would compute on numbers that are not its own).
     """
     from npu_mempool import StaleOutputError
 
     try:
         values = held.clone()
-    except StaleOutputError:
-        return "raised StaleOutputError"
+    except StaleOutputError as error:
+        raise AssertionError(
+            "the held output was taken back (StaleOutputError) with no step boundary crossed: "
+            f"a caller holding it can no longer read it ({error})"
+        ) from None
     difference = (values.float() - expected.float()).abs().max().item()
     assert torch.allclose(values, expected, rtol=1e-4, atol=1e-4), (
         f"the held output changed under the caller (max |diff| {difference:.3g} from eager's): "
-        "it must keep eager's values or raise StaleOutputError"
+        "it must keep eager's values"
     )
     return "kept eager's values"
 
@@ -803,6 +1019,200 @@ def child_force_recapture_held(device: torch.device, tiny: bool) -> dict[str, An
     synchronize(device)
     outcome = _held_outcome(held, torch.full((8,), 2.0, device=device))
     return {"counters": counters, "paths": runner.num_paths, "held output": outcome}
+
+
+_OPAQUE: list[Callable[[torch.Tensor], torch.Tensor]] = []
+
+
+def _opaque() -> Callable[[torch.Tensor], torch.Tensor]:
+    """``device_smoke::opaque``, an op named in ``splitting_ops``: it runs between pieces.
+
+    It stands for the ops serving engines run eagerly between captured pieces (attention).
+    Defined on first use, once per process: only the child that splits graphs needs it.
+    """
+    if not _OPAQUE:
+
+        @torch.library.custom_op("device_smoke::opaque", mutates_args=())
+        def opaque(x: torch.Tensor) -> torch.Tensor:
+            return x.clone()
+
+        @opaque.register_fake
+        def _(x: torch.Tensor) -> torch.Tensor:
+            return torch.empty_like(x)
+
+        _OPAQUE.append(torch.ops.device_smoke.opaque)
+    return _OPAQUE[0]
+
+
+@contextlib.contextmanager
+def _pieces_made() -> Iterator[list[torch.fx.GraphModule]]:
+    """The graphs of the pieces the backend captures while inside, in order.
+
+    npu-compile offers no public view of a piece's graph; this watches its private builder, as
+    its own tests do (``test_compile_stream_markers.py``).
+    """
+    from npu_compile import _build
+
+    made: list[torch.fx.GraphModule] = []
+    real = getattr(_build, "piecewise")  # noqa: B009 (imported there, not exported)
+
+    def watched(gm: torch.fx.GraphModule, plan: Any, make_runner: Any) -> Any:
+        def making(piece: torch.fx.GraphModule, kinds: Any) -> Any:
+            made.append(piece)
+            return make_runner(piece, kinds)
+
+        return real(gm, plan, making)
+
+    setattr(_build, "piecewise", watched)  # noqa: B010
+    try:
+        yield made
+    finally:
+        setattr(_build, "piecewise", real)  # noqa: B010
+
+
+def child_stream_scope_after_split(device: torch.device, tiny: bool) -> dict[str, Any]:
+    """A graph split into pieces around a stream scope: eager's numbers, each piece's waits its own.
+
+    A device refuses a wait on an event another capture recorded, and eagerly a side stream is
+    not ordered after the op run between the pieces: every event a piece waits on must be
+    recorded in that piece. Three places for the split: before the scope, inside it (a split
+    cannot cut a scope in two: the graph may run eagerly, saying so), and before the scope with a
+    wait inside it on a marker recorded before the split.
+    """
+    import npu_compile
+    import npu_streams
+
+    opaque = _opaque()
+    size = 64 if tiny else 1024
+
+    def before(x: torch.Tensor) -> torch.Tensor:
+        o = opaque(x * 2)
+        with npu_streams.npu_stream_switch("side"):
+            z = o + 1
+        return z * 3
+
+    def inside(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        with npu_streams.npu_stream_switch("side"):
+            z = opaque(y) + 1
+        return z * 3
+
+    def marker_before(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        marker = npu_streams.record()  # `y` is done on the main stream from here
+        o = opaque(y)
+        with npu_streams.npu_stream_switch("side"):
+            npu_streams.wait([marker])
+            z = o + 1
+        return z * 3
+
+    result: dict[str, Any] = {}
+    problems = []
+    placements = {
+        "split before the scope": before,
+        "split inside the scope": inside,
+        "split between a marker and its wait": marker_before,
+    }
+    for name, fn in placements.items():
+        torch._dynamo.reset()
+        config = npu_compile.CompilerConfig()
+        config.aclgraph_config.splitting_ops = ("device_smoke::opaque",)
+        backend = npu_compile.get_npu_backend(compiler_config=config)
+        compiled = torch.compile(fn, backend=backend, dynamic=False, fullgraph=True)
+        try:
+            with _pieces_made() as pieces, torch.no_grad():
+                for _ in range(4):
+                    x = torch.randn(size, device=device)
+                    close(compiled(x), fn(x))
+        except Exception as error:  # one placement failing must not hide the others
+            problems.append(f"{name}: {type(error).__name__}: {error}"[:500])
+            result[name] = {"error": f"{type(error).__name__}: {error}"[:500]}
+            continue
+        stats = backend.stats
+        runners = stats.runners
+        unmatched = [[str(w) for w in npu_streams.unmatched_waits(piece)] for piece in pieces]
+        reasons = sorted(str(r) for r in stats.fallback_reasons.values())
+        entry = {
+            "pieces": stats.pieces,
+            "splits": {graph: list(splits) for graph, splits in stats.splits.items()},
+            "waits without their record, per piece": unmatched,
+            "fallback reasons": reasons,
+            "runners": [
+                {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
+            ],
+            "stream_tag_after": npu_streams.current_stream_tag(),
+        }
+        result[name] = entry
+        if any(unmatched):
+            problems.append(f"{name}: a piece waits on an event it does not record: {unmatched}")
+        if entry["stream_tag_after"] != "default":
+            problems.append(f"{name}: a stream scope was left open")
+        refused = reasons == [str(npu_compile.FallbackReason.SPLIT_IN_STREAM_SCOPE)]
+        if fn is inside and refused and not runners:
+            entry["outcome"] = "run eagerly: a split cannot cut a stream scope (logged reason)"
+            continue
+        if reasons or any(r.counters.fallbacks for r in runners):
+            problems.append(f"{name}: fell back: {reasons or entry['runners']}")
+        elif (stats.piecewise, stats.pieces) != (1, 2):
+            problems.append(
+                f"{name}: {stats.pieces} piece(s) in {stats.piecewise} graph(s), not 2 in 1"
+            )
+        elif not all(r.counters.replays > 0 for r in runners):
+            problems.append(f"{name}: a piece never replayed: {entry['runners']}")
+        else:
+            entry["outcome"] = "captured in 2 pieces, each waiting on its own events only"
+    torch._dynamo.reset()
+    _clean_exit(device)
+    assert not problems, f"{'; '.join(problems)}; {result}"
+    return result
+
+
+def child_force_recapture_memory(device: torch.device, tiny: bool) -> dict[str, Any]:
+    """200 forced recaptures while the caller holds each output: the pool stays bounded.
+
+    ``out = r(x)`` keeps the previous output alive while the next call captures anew, so two
+    graphs' memory (the held one and the new capture) is what a correct pool needs. The bound:
+    after 200 calls the runner's pool holds at most twice its high-water mark over the first
+    10 calls; a pool that kept one capture's memory per call would hold about 20 times it.
+    """
+    import npu_mempool
+    from npu_mempool import CaptureOptions, GraphRunner
+
+    width = 64 if tiny else 1024
+    calls, early = 200, 10
+    runner = GraphRunner(
+        lambda x: x * 2 + 1,
+        options=CaptureOptions(warmup_runs=0, force_recapture=True),
+        name="forced recaptures, outputs held",
+    )
+    x = torch.randn(width, width, device=device)
+    expected = x * 2 + 1
+    early_peak = 0
+    mib_after: dict[int, float] = {}
+    out = None
+    for call in range(1, calls + 1):
+        out = runner(x)  # the previous `out` is held while this call captures anew
+        if call <= early:
+            early_peak = max(early_peak, runner.counters.pool_bytes)
+        if call in (1, 2, early) or call % 50 == 0:
+            mib_after[call] = mib(runner.counters.pool_bytes)
+    assert out is not None
+    close(out, expected)
+    synchronize(device)
+    final = runner.counters.pool_bytes
+    result = {
+        "calls": calls,
+        "tensor MiB": mib(x.numel() * x.element_size()),
+        "pool MiB after call": mib_after,
+        "bound MiB (2x the high-water mark of the first 10 calls)": mib(2 * early_peak),
+        "all pools of the process MiB": mib(npu_mempool.counters.pool_bytes),
+        "counters": counted(runner) | {"recaptures": runner.counters.recaptures},
+        "paths": runner.num_paths,
+    }
+    del out
+    assert runner.counters.recaptures >= calls - 1, f"not recaptured on every call: {result}"
+    assert 0 < final <= 2 * early_peak, f"the pool grew past its bound: {result}"
+    return result
 
 
 def child_streams_record_wait(device: torch.device, tiny: bool) -> dict[str, Any]:
@@ -867,17 +1277,19 @@ CHILDREN: dict[str, Callable[[torch.device, bool], dict[str, Any]]] = {
     "held_output_new_shape": child_held_output_new_shape,
     "force_recapture_held": child_force_recapture_held,
     "streams_record_wait": child_streams_record_wait,
+    "stream_scope_after_split": child_stream_scope_after_split,
+    "force_recapture_memory": child_force_recapture_memory,
 }
 
 #: The child processes and the checks each runs, in order. A process start (``import torch``, the
-#: device's context) costs more than most checks, so related checks share one: the two held
-#: outputs (npu-mempool alone), and the two stream waits under the backend.
+#: device's context) costs more than most checks, so related checks share one: the held outputs
+#: and forced recaptures (npu-mempool alone), and the stream waits and scopes under the backend.
 CHILD_PROCESSES: tuple[tuple[str, ...], ...] = (
     ("multi_stream",),
     ("capture_error_python",),
-    ("capture_stream_wait", "streams_record_wait"),
+    ("capture_stream_wait", "streams_record_wait", "stream_scope_after_split"),
     ("capture_host_sync",),
-    ("held_output_new_shape", "force_recapture_held"),
+    ("held_output_new_shape", "force_recapture_held", "force_recapture_memory"),
 )
 
 IN_PROCESS: dict[str, Callable[[Context], dict[str, Any]]] = {
@@ -889,6 +1301,9 @@ IN_PROCESS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "held_outputs_and_steps": check_held_outputs_and_steps,
     "decode_loop": check_decode_loop,
     "host_sync_pieces": check_host_sync_pieces,
+    "dropout_masks": check_dropout_masks,
+    "train_step": check_train_step,
+    "runner_autocast": check_runner_autocast,
 }
 
 #: After the children: the timings, so that no child competes with them.

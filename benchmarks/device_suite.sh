@@ -6,7 +6,8 @@
 #
 # It installs nothing: the packages run from their sources (PYTHONPATH) over the machine's own
 # torch (the interpreter is $PYTHON, default python3); pytest, hypothesis, numpy, protobuf and
-# transformers must be installed there. It writes
+# transformers must be installed there, and nothing more is needed (CI's dry run has these alone:
+# DEVICE_IMAGE in noxfile.py). It writes
 # only under DIR, which must be outside the repository (and never writes into the checkout:
 # no bytecode, no pytest cache; temporary files go to a private directory removed at the end).
 #
@@ -19,16 +20,20 @@
 #   step              estimate  limit  what
 #   (code)                1 s      -   before any step: the commit, a hash of the uncommitted
 #                                      changes and of the tree, into summary.json (_code.py)
-#   environment          10 s    60 s  nvidia-smi (or npu-smi), versions; stops the suite at
-#                                      once, non-zero, when torch sees no device
+#   environment          10 s    60 s  nvidia-smi (or npu-smi), versions, the allocator and
+#                                      launch variables; stops the suite at once, non-zero, when
+#                                      torch sees no device
 #   smoke                80 s   120 s  device_smoke.py: replay == eager over shapes, KV cache,
 #                                      pools, held outputs and steps, decode loop, host-sync
-#                                      pieces; in five child processes beside them, four capture
-#                                      paths, record()/wait() under the backend, and outputs held
-#                                      across a pool rewind and a forced recapture; capture
-#                                      time, one-kernel replay against a raw CUDA graph
+#                                      pieces, dropout masks, a compiled train step, a runner
+#                                      under autocast; in five child processes beside them, four
+#                                      capture paths, record()/wait() and stream scopes split
+#                                      into pieces under the backend, outputs held across a pool
+#                                      rewind and forced recaptures, a forced recapture's memory;
+#                                      capture time, one-kernel replay against a raw CUDA graph
 #   device_tests         90 s   170 s  device_tests.py: the @pytest.mark.device files, one process
-#                                      each (2 at once), 90 s per test
+#                                      each (2 at once), 90 s per test; fails when a test was
+#                                      skipped for want of a device (but on the dry run)
 #   decode_step          75 s   150 s  eager, npu-compile, torch cudagraphs and reduce-overhead
 #                                      (Inductor), each checked against eager, cudagraph skips
 #   replay_overhead      20 s    60 s  eager / raw replay / GraphRunner per call, each row
@@ -293,8 +298,11 @@ fi
 
 run_step smoke "$python" benchmarks/device_smoke.py --out "$out" "${smoke_args[@]}"
 # The tests get their own budget inside the step's limit, so that they always write their XML.
+# Off the dry run, a device test skipped because pytest saw no device fails the step: it passed
+# for nothing.
 run_step device_tests "$python" benchmarks/device_tests.py --out "$out" \
-    --test-timeout "$test_timeout" --budget "$(($(limit_for device_tests) - 15))" --jobs 2
+    --test-timeout "$test_timeout" --budget "$(($(limit_for device_tests) - 15))" --jobs 2 \
+    ${dry[@]+"${dry[@]}"}
 run_step decode_step "$python" benchmarks/decode_step.py --out "$stage/bench" "${decode_args[@]}"
 # Named after the device it ran on: decode_step_cuda.json, decode_step_cpu.json, ...
 decode_json="$(find "$stage/bench" -name 'decode_step_*.json' | head -n 1)"

@@ -14,10 +14,15 @@ themselves, and with ``filterwarnings = error`` a warning one of them raises bec
 the tests; their options and fixtures are not what the tests were written against either.
 
     python benchmarks/device_tests.py --out DIR [--test-timeout 90] [--budget 170] [--jobs 2]
+        [--dry-run]
 
 Writes DIR/device_tests.xml (JUnit: one test suite per file; a file whose process ended early
 gets the results it recorded, and an error naming the test that was running, with the process's
-stderr). Exits 1 when a test failed or a file did not finish.
+stderr). Exits 1 when a test failed or a file did not finish, and when tests that should have run
+on the device were skipped: a test skipped because pytest saw no accelerator, or a run in which
+no test passed. A skipped test passes for nothing, so the counts per skip reason are printed.
+With ``--dry-run`` (the suite's CPU check) no device is expected, and those skips are counted
+only.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +67,10 @@ MAX_ATTEMPTS = 3
 #: option of an installed plugin (hypothesis, mock, timeout, ...); one that starts to must be
 #: added here, by module name, and be installed where CI runs the dry run.
 PLUGINS = ("_pytest_deadline",)
+#: The skip reason of the root conftest.py for a device test when pytest sees no accelerator.
+#: On a device run it means the device was not visible to the tests (CUDA_VISIBLE_DEVICES, a
+#: driver the test process cannot open): every device test then passes for nothing.
+NO_DEVICE_SKIP = "needs an accelerator (CUDA or NPU); none is available"
 
 
 @dataclass
@@ -254,6 +264,34 @@ def totals(suite: ET.Element) -> dict[str, int]:
     return count
 
 
+def skip_reasons(suite: ET.Element) -> dict[str, int]:
+    """How many tests were skipped for each reason, most first."""
+    reasons = Counter(
+        (skipped.get("message") or "no reason given").strip() for skipped in suite.iter("skipped")
+    )
+    return dict(reasons.most_common())
+
+
+def skipped_that_should_run(count: dict[str, int], reasons: dict[str, int]) -> str | None:
+    """Why the device tests' skips make a device run fail, or ``None`` when they do not.
+
+    A test skipped for want of a device never ran; a run with tests and no pass checked nothing.
+    Other skips (a test for another device type, for more devices than the machine has) are
+    reported with their reasons and do not fail the run.
+    """
+    passed = count["tests"] - count["failures"] - count["errors"] - count["skipped"]
+    no_device = reasons.get(NO_DEVICE_SKIP, 0)
+    if no_device:
+        return (
+            f"{no_device} of {count['tests']} device tests were skipped because pytest saw no "
+            "accelerator: the device was not visible to the test processes (check "
+            "CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES and the driver)"
+        )
+    if count["tests"] and not passed:
+        return f"no device test passed: {count['skipped']} of {count['tests']} were skipped"
+    return None
+
+
 #: Process groups of the pytest processes running now, ended with this process.
 _RUNNING: set[int] = set()
 
@@ -280,6 +318,11 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="files run at once (default 2)")
     parser.add_argument(
         "--files", nargs="+", default=DEVICE_TEST_FILES, help="test files (default: the list above)"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="no device expected: tests skipped for want of one are counted, not failed",
     )
     args = parser.parse_args()
     deadline = time.monotonic() + args.budget
@@ -312,7 +355,17 @@ def main() -> int:
     ET.ElementTree(merged).write(tmp_path, encoding="utf-8", xml_declaration=True)
     os.replace(tmp_path, path)
     print(f"device tests: {count}")
+    reasons = skip_reasons(merged)
+    for reason, skipped in reasons.items():
+        print(f"  skipped {skipped}: {reason[:200]}")
     print(f"wrote {path}")
+    should_have_run = skipped_that_should_run(count, reasons)
+    if should_have_run is not None:
+        if args.dry_run:
+            print(f"dry run (no device expected): {should_have_run}")
+        else:
+            print(f"error: {should_have_run}")
+            failed = True
     return 1 if failed else 0
 
 

@@ -124,6 +124,22 @@ def time_calls(
     return (time.perf_counter() - start) / calls * 1e6
 
 
+def check_replayed(runner: npu_mempool.GraphRunner, before: dict[str, Any], calls: int) -> None:
+    """Every one of the ``calls`` timed calls was a replay of the graph captured before them.
+
+    A runner that fell back to eager, or captured anew, would time something else than a replay.
+    """
+    after = runner.counters.snapshot()
+    moved = {name: after[name] - before[name] for name in ("captures", "replays", "fallbacks")}
+    moved["eager_calls"] = after["eager_calls"] - before["eager_calls"]
+    expected = {"captures": 0, "replays": calls, "fallbacks": 0, "eager_calls": 0}
+    if moved != expected:
+        raise SystemExit(
+            f"{runner.name}: the timed calls were not all replays: the counters moved by {moved}, "
+            f"expected {expected}; its times are no replay's"
+        )
+
+
 def python_calls_per_replay(function: Callable[[torch.Tensor], Any], x: torch.Tensor) -> int:
     """Python frames one call of ``function`` (a replay) opens outside the graph's own replay."""
     devices = str(Path(npu_mempool.__file__).parent / "_devices")
@@ -161,15 +177,19 @@ def measure(kernels: int, calls: int, repeats: int, device: torch.device) -> dic
     with torch.no_grad():
         torch.testing.assert_close(runner(x), fn(x))
         torch.testing.assert_close(raw(x), fn(x))
+        for _ in range(3):  # past the device's warm-up calls (1 on CUDA) and the capture
+            runner(x)
         variants: dict[str, Callable[[torch.Tensor], Any]] = {
             "eager": fn,
             "raw_replay": raw,
             "runner": runner,
         }
         samples: dict[str, list[float]] = {name: [] for name in variants}
+        before = runner.counters.snapshot()
         for _ in range(repeats):  # interleaved so drift hits every variant alike
             for name, call in variants.items():
                 samples[name].append(time_calls(call, x, device, calls))
+        check_replayed(runner, before, repeats * calls)
         device_us = device_times(variants, x, device, calls)
         function = runner.as_function()
         replays = runner.counters.replays
@@ -210,9 +230,11 @@ def measure_held(calls: int, repeats: int, device: torch.device) -> dict[str, An
             for _ in range(3):  # captures, replays, takes back
                 step(x)
         samples: dict[str, list[float]] = {name: [] for name in variants}
+        before = runner.counters.snapshot()
         for _ in range(repeats):
             for name, step in variants.items():
                 samples[name].append(time_calls(step, x, device, calls))
+        check_replayed(runner, before, repeats * calls)
         device_us = device_times(variants, x, device, calls)
         previous = function(x)  # held while the counted call runs
         replays = runner.counters.replays

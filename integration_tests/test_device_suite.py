@@ -2,10 +2,15 @@
 
 A device machine is available only now and then, for minutes; a suite that broke since the last
 run would waste the next one. The dry run runs every step on the CPU with tiny sizes.
+
+``nox -s device-suite`` runs this file in a venv holding only the device image's packages
+(``DEVICE_IMAGE`` in noxfile.py), with the repository's packages on ``PYTHONPATH`` as the suite
+runs them: whatever the suite or a device test needs beyond them fails here.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -14,7 +19,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -126,6 +131,11 @@ def test_the_dry_run_runs_every_step_and_writes_at_most_eight_files(tmp_path: Pa
         "held_output_new_shape",
         "force_recapture_held",
         "streams_record_wait",
+        "dropout_masks",
+        "train_step",
+        "runner_autocast",
+        "stream_scope_after_split",
+        "force_recapture_memory",
     } <= set(checks)
     assert smoke["failed"] == [], {name: checks[name] for name in smoke["failed"]}
     assert summary["not ok"] == []
@@ -134,13 +144,30 @@ def test_the_dry_run_runs_every_step_and_writes_at_most_eight_files(tmp_path: Pa
         if name != "smoke":
             assert step["status"] in ("ok", "skipped"), (name, step)
     assert steps["smoke"]["digest"]["checks"]["decode_loop"] == "ok"
+    # The runner's timed calls were replays of the one graph it captured.
+    assert checks["replay_overhead"]["result"]["runner counters"]["captures"] == 1
     tests = ET.parse(out / "device_tests.xml").getroot()
-    assert int(tests.get("tests") or 0) >= 19  # every device test, skipped on CPU
-    assert steps["device_tests"]["digest"]["failures"] == 0
+    count = int(tests.get("tests") or 0)
+    assert count >= 19  # every device test, collected with the device image's packages
+    digest = steps["device_tests"]["digest"]
+    assert (digest["failures"], digest["errors"], digest["passed"]) == (0, 0, 0)
+    # Skipped for want of a device, which only the dry run allows: the conftest's reason is the
+    # one the device run fails on.
+    no_device = _device_tests_module().NO_DEVICE_SKIP  # type: ignore[attr-defined]
+    assert digest["skip reasons"] == {no_device: count}
+    assert f"{count} of {count} tests skipped" in steps["device_tests"]["note"]
+    variables = summary["environment"]["variables"]
+    assert variables["CUDA_VISIBLE_DEVICES"] == ""  # the dry run hides the devices
+    assert {"PYTORCH_CUDA_ALLOC_CONF", "TASK_QUEUE_ENABLE", "CUDA_LAUNCH_BLOCKING"} <= set(
+        variables
+    )
     benchmarks = json.loads((out / "benchmarks.json").read_text())
     assert {"decode_step", "replay_overhead", "pool_reuse", "streams_overlap"} <= set(benchmarks)
     rows = benchmarks["decode_step"]["reports"][0]["rows"]
     assert rows[1]["matches_eager"] is True
+    # Both npu_compile rows are graph replays' times: their backends captured and replayed.
+    replay_check = benchmarks["decode_step"]["replay_check"]
+    assert [entry["refused"] for entry in replay_check.values()] == [None, None]
     # No device time on the CPU: no row passes for host- or device-bound, the target is unjudged.
     replay = benchmarks["replay_overhead"]
     assert {row["bound"] for row in replay["rows"].values()} == {"n/a on cpu"}
@@ -244,6 +271,154 @@ def test_a_test_that_hangs_or_aborts_costs_only_itself(tmp_path: Path) -> None:
     assert (kind, "--test-timeout (3.0 s)" in message) == ("error", True)
     ((kind, message),) = cases["test_aborts"]
     assert (kind, "signal 6" in message) == ("error", True)
+
+
+def _device_tests(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedProcess[str]:
+    test_file = tmp_path / "test_skips.py"
+    test_file.write_text(source)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "device_tests.py"),
+            "--out",
+            str(tmp_path / "out"),
+            "--files",
+            str(test_file),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_device_tests_skipped_for_want_of_a_device_fail_off_the_dry_run(tmp_path: Path) -> None:
+    # Every test skipped, as when pytest sees no device: nothing was checked.
+    no_device = _device_tests_module().NO_DEVICE_SKIP  # type: ignore[attr-defined]
+    source = (
+        "import pytest\n"
+        "pytestmark = pytest.mark.device\n"
+        f"def test_one(): pytest.skip({no_device!r})\n"
+        f"def test_two(): pytest.skip({no_device!r})\n"
+    )
+    done = _device_tests(tmp_path, source)
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "error: 2 of 2 device tests were skipped because pytest saw no accelerator" in (
+        done.stdout
+    )
+    assert f"skipped 2: {no_device}" in done.stdout
+    dry = _device_tests(tmp_path, source, "--dry-run")
+    assert dry.returncode == 0, dry.stdout[-3000:]
+    assert "dry run (no device expected)" in dry.stdout
+
+
+def test_other_skips_are_counted_and_a_run_with_no_pass_fails(tmp_path: Path) -> None:
+    other = "needs two devices; this machine has one"
+    passing = (
+        "import pytest\n"
+        "pytestmark = pytest.mark.device\n"
+        "def test_runs(): pass\n"
+        f"def test_elsewhere(): pytest.skip({other!r})\n"
+    )
+    done = _device_tests(tmp_path, passing)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert f"skipped 1: {other}" in done.stdout
+    nothing_passed = (
+        "import pytest\n"
+        "pytestmark = pytest.mark.device\n"
+        f"def test_elsewhere(): pytest.skip({other!r})\n"
+    )
+    done = _device_tests(tmp_path, nothing_passed)
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "error: no device test passed: 1 of 1 were skipped" in done.stdout
+
+
+def _runner(name: str, **counts: int) -> SimpleNamespace:
+    values = {"captures": 0, "replays": 0, "fallbacks": 0, "eager_calls": 0, **counts}
+    return SimpleNamespace(name=name, counters=SimpleNamespace(**values))
+
+
+def _bench_json(path: Path) -> None:
+    def report(title: str, extra: dict[str, Any]) -> dict[str, Any]:
+        rows = [
+            {"name": name, "us_per_call": 10.0, "median_us": 11.0, "spread_us": 1.0, "note": ""}
+            for name in ("eager", "npu_compile reduce-overhead")
+        ]
+        return {"title": title, "rows": rows, "extra": extra}
+
+    ratios = {"npu_compile / eager": {"over": "eager", "ratio": 1.0, "matches_eager": True}}
+    decode = report(
+        "decode step (demo model)", {"speedup (eager / npu_compile)": 1.0, "ratios": ratios}
+    )
+    mlp = report("tiny MLP per-call overhead (1 thread)", {"within target": True})
+    path.write_text(json.dumps({"reports": [decode, mlp]}))
+
+
+def test_decode_step_refuses_a_time_whose_backend_did_not_capture_and_replay(
+    tmp_path: Path,
+) -> None:
+    decode_step = _benchmark_module("decode_step")
+    watched = decode_step.Watched
+    path = tmp_path / "decode_step_cuda.json"
+    _bench_json(path)
+    failed_capture = watched(runners=[_runner("npu_compile_0", fallbacks=1, eager_calls=40)])
+    replayed = watched(runners=[_runner("npu_compile_1", captures=1, replays=500)])
+    assert decode_step.check(path, [failed_capture, replayed]) == 1
+    document = json.loads(path.read_text())
+    decode, mlp = document["reports"]
+    ours = decode["rows"][1]
+    assert (ours["us_per_call"], ours["median_us"]) == (None, None)
+    assert "a capture failed" in ours["refused"]
+    assert decode["rows"][0]["us_per_call"] == 10.0  # eager's time stays
+    assert decode["extra"]["ratios"]["npu_compile / eager"]["ratio"] is None
+    assert decode["extra"]["speedup (eager / npu_compile)"] is None
+    assert mlp["rows"][1]["us_per_call"] == 10.0
+    assert document["replay_check"]["tiny MLP"]["refused"] is None
+    # Captured but never replayed, or a graph run eagerly: no replay's time either.
+    _bench_json(path)
+    never = watched(runners=[_runner("npu_compile_0", captures=1)])
+    eager = watched(runners=[_runner("g", captures=1, replays=9)], fallbacks=["g (x): boom"])
+    assert decode_step.check(path, [never, eager]) == 1
+    refused = [entry["refused"] for entry in json.loads(path.read_text())["replay_check"].values()]
+    assert "never replayed" in refused[0]
+    assert "fell back to eager: g (x): boom" in refused[1]
+
+
+def test_the_environment_records_allocator_and_launch_variables() -> None:
+    suite = _benchmark_module("_suite")
+    environ = {
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "TASK_QUEUE_ENABLE": "2",
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/x",
+        "ASCEND_HOME_PATH": "/usr/local/Ascend",
+        "CUDA_API_KEY": "not recorded",
+        "HOME": "/root",
+    }
+    found = suite.recorded_variables(environ)
+    assert found["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert found["TASK_QUEUE_ENABLE"] == "2"
+    assert found["CUDA_LAUNCH_BLOCKING"] is None  # named, and unset
+    assert found["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/x"  # a family's, recorded when set
+    assert found["ASCEND_HOME_PATH"] == "/usr/local/Ascend"
+    assert "CUDA_API_KEY" not in found
+    assert "HOME" not in found
+
+
+def test_the_documentation_lists_the_device_image_packages() -> None:
+    # noxfile.py is read, not imported: nox is not among the device image's packages.
+    tree = ast.parse((ROOT / "noxfile.py").read_text(encoding="utf-8"))
+    (image,) = [
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "DEVICE_IMAGE" for t in node.targets)
+    ]
+    docs = (ROOT / "docs" / "device-suite.md").read_text(encoding="utf-8")
+    needs = docs[docs.index("**What the machine needs.**") :].split("\n- ", 1)[0]
+    for requirement in ("torch", *image):
+        name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
+        assert f"**{name}**" in needs, f"docs/device-suite.md does not list {name}"
 
 
 def test_a_copy_without_git_still_names_its_code(tmp_path: Path) -> None:
