@@ -178,7 +178,9 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
         "the training targets, and `use_cache=False` where the model takes it. The `.air` "
         "must parse as a GE `ModelDef`; the numpy reference runtime then runs it and every "
         "output is compared with eager. The causal language models are also exported with "
-        "`dynamic=True` and run at two lengths.",
+        "`dynamic=True` and run at two lengths. A model whose outputs are all zeros in eager "
+        "(its small random weights vanish through many normalised layers) is exported again "
+        "with `output_hidden_states=True` and compared on those as well.",
         "",
         f"Tolerance: {TOLERANCE:g} of each output's largest value (the runtime computes in "
         "float32 in another order than eager; an exact GELU replaced by its tanh form is off "
