@@ -192,3 +192,19 @@ def test_each_aot_compile_is_counted_as_torch_counts_it() -> None:
 
     assert counted(npu_compile.get_npu_backend()) == counted("aot_eager")
     assert counted(npu_compile.get_npu_backend())["ok"] == 1
+
+
+def test_the_backend_says_how_its_calls_were_answered() -> None:
+    backend = npu_compile.get_npu_backend()
+    model = _mlp().eval()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for _ in range(4):
+            compiled(torch.randn(3, 4))
+        compiled(torch.randn(5, 4))  # a new shape: Dynamo recompiles, a new graph
+    calls = backend.stats.calls()
+    assert calls["calls"] == 5
+    assert calls["captures"] + calls["replays"] + calls["eager_calls"] == 5
+    assert calls["replays"] == 3
+    (row,) = [r for r in calls["runners"].values() if r["calls"] == 4]
+    assert (row["captures"], row["replays"], row["capture_reasons"]) == (1, 3, {})

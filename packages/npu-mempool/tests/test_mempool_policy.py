@@ -9,7 +9,14 @@ import pytest
 import torch
 from npu_mempool import CaptureChurnWarning, CaptureLimitWarning, CaptureOptions, InputKind
 from npu_mempool._keys import Layout
-from npu_mempool._policy import CHURN_LIMIT, Action, CapturePolicy, Decision, Reason
+from npu_mempool._policy import (
+    CHURN_LIMIT,
+    UNREPLAYED_LIMIT,
+    Action,
+    CapturePolicy,
+    Decision,
+    Reason,
+)
 
 U = InputKind.USER
 
@@ -97,10 +104,37 @@ def test_a_replay_between_new_keys_or_another_tensor_signature_is_not_churn() ->
         if step % CHURN_LIMIT == 0:
             calls.replays += 1
         assert calls.miss((torch.zeros(2), step)).action is Action.CAPTURE
+    # A new tensor signature every CHURN_LIMIT values is no churn either (replays between
+    # them keep the no-replay rule below out of the way).
     shapes = Calls(CaptureOptions(warmup_runs=0))
     for step in range(3 * CHURN_LIMIT):
+        if step % CHURN_LIMIT == 0:
+            shapes.replays += 1
         size = 2 + step // CHURN_LIMIT
         assert shapes.miss((torch.zeros(size), step)).action is Action.CAPTURE
+
+
+def test_new_shapes_that_never_replay_stop_costing_captures() -> None:
+    # A growing cache or a new length per call: every key new, nothing ever replays. After
+    # UNREPLAYED_LIMIT captures new keys run eagerly (once said why), until a graph replays.
+    calls = Calls(CaptureOptions(warmup_runs=0))
+    decisions = [calls.miss((torch.zeros(2 + n), 0)) for n in range(3 * UNREPLAYED_LIMIT)]
+    assert [d.action for d in decisions[:UNREPLAYED_LIMIT]] == [Action.CAPTURE] * UNREPLAYED_LIMIT
+    later = decisions[UNREPLAYED_LIMIT:]
+    assert {(d.action, d.reason) for d in later} == {(Action.EAGER, Reason.NO_REPLAY)}
+    assert "StaticCache" in later[0].message
+    assert "capture sizes" in later[0].message
+    assert all(d.message == "" for d in later[1:])  # one log line
+    # A known key still captures (another call path, a recapture); a replay lifts the rule.
+    assert calls.miss((torch.zeros(2), 0), known=True).action is Action.CAPTURE
+    calls.replays += 1
+    assert calls.miss((torch.zeros(99), 0)).action is Action.CAPTURE
+
+
+def test_force_recapture_is_never_stopped_for_want_of_replays() -> None:
+    calls = Calls(CaptureOptions(warmup_runs=0, force_recapture=True))
+    for n in range(2 * UNREPLAYED_LIMIT):
+        assert calls.miss((torch.zeros(2 + n), 0)).action is Action.CAPTURE
 
 
 def test_the_capture_limit_makes_room_first_then_gives_up() -> None:

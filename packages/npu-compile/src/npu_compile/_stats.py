@@ -94,6 +94,34 @@ class BackendStats:
         self.pieces += pieces
         self.splits[graph] = splits
 
+    def calls(self) -> dict[str, Any]:
+        """How the calls of this backend's graphs were answered, over every live runner.
+
+        ``calls``, ``captures``, ``replays`` and ``eager_calls`` summed over the runners (pieces
+        and backward graphs included); ``capture_reasons``: why each capture after a runner's
+        first was made (``new_key``, ``parameter_moved``, ...), summed; ``runners``: the same
+        per runner, by name. A graph captured and never replayed saves nothing: a steady-state
+        loop should show replays rising and captures not.
+        """
+        totals: dict[str, Any] = {"calls": 0, "captures": 0, "replays": 0, "eager_calls": 0}
+        reasons: dict[str, int] = {}
+        per_runner: dict[str, dict[str, Any]] = {}
+        for runner in self.runners:
+            counters = runner.counters
+            row = {
+                "calls": counters.calls,
+                "captures": counters.captures,
+                "replays": counters.replays,
+                "eager_calls": counters.eager_calls,
+                "capture_reasons": {str(k): v for k, v in counters.capture_reasons.items()},
+            }
+            for name in totals:
+                totals[name] += row[name]
+            for reason, count in row["capture_reasons"].items():
+                reasons[reason] = reasons.get(reason, 0) + count
+            per_runner[runner.name] = row
+        return {**totals, "capture_reasons": reasons, "runners": per_runner}
+
     def snapshot(self) -> dict[str, Any]:
         """The counts as a plain dict (``fallbacks`` as a count; the reasons stay on the object)."""
         return {

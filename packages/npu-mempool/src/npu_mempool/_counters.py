@@ -12,7 +12,7 @@ from typing import Any
 
 from npu_mempool._counting import expect_moves
 
-__all__ = ["Counters", "RecaptureReason", "counters"]
+__all__ = ["NEW_KEY", "Counters", "RecaptureReason", "counters"]
 
 
 class RecaptureReason(enum.StrEnum):
@@ -34,7 +34,20 @@ class RecaptureReason(enum.StrEnum):
     FORCED = "forced"
 
 
-_FIELDS = ("captures", "replays", "recaptures", "fallbacks", "eager_calls", "pool_bytes")
+#: The reason of a capture after the first that is no recapture: a graph key not seen before
+#: (another shape, dtype, stride, int value or autocast state). A key of ``capture_reasons``.
+NEW_KEY = "new_key"
+
+
+_FIELDS = (
+    "calls",
+    "captures",
+    "replays",
+    "recaptures",
+    "fallbacks",
+    "eager_calls",
+    "pool_bytes",
+)
 _COUNTED = ("captures", "replays", "fallbacks", "eager_calls")
 
 
@@ -46,12 +59,18 @@ class Counters:
         replays: Calls answered by a graph replay.
         recapture_reasons: Recaptures per reason: ``"mutated_input_moved"`` (a MUTATED input came
             at a new address) or ``"parameter_moved"`` (a PARAMETER did).
+        capture_reasons: Why each capture after the first was made: ``"new_key"`` (a graph key
+            not seen before: another shape, dtype, stride, int value) or a recapture reason.
+            They add up to ``captures - 1``: a runner whose captures keep rising against its
+            replays spends capture time it never gets back.
         fallbacks: Times a runner gave up on graphs (capture limit or a failed capture).
-        eager_calls: Calls run eagerly (warm-up calls and calls after a fallback).
+        eager_calls: Calls run eagerly (warm-up calls, calls after a fallback, new shapes that
+            never repeat, calls over the device's graph budget).
     """
 
     __slots__ = (
         "_pool_bytes",
+        "capture_reasons",
         "captures",
         "eager_calls",
         "fallbacks",
@@ -63,9 +82,15 @@ class Counters:
         self.captures = 0
         self.replays = 0
         self.recapture_reasons: Counter[str] = Counter()  # RecaptureReason -> count
+        self.capture_reasons: Counter[str] = Counter()  # NEW_KEY or a RecaptureReason -> count
         self.fallbacks = 0
         self.eager_calls = 0
         self._pool_bytes = pool_bytes
+
+    @property
+    def calls(self) -> int:
+        """Calls answered: by a replay, by a capture (its call's results) or eagerly."""
+        return self.captures + self.replays + self.eager_calls
 
     @property
     def recaptures(self) -> int:
@@ -81,6 +106,7 @@ class Counters:
         """Return the current values as a plain dict (``recapture_reasons`` copied)."""
         values: dict[str, Any] = {name: getattr(self, name) for name in _FIELDS}
         values["recapture_reasons"] = {str(k): v for k, v in self.recapture_reasons.items()}
+        values["capture_reasons"] = {str(k): v for k, v in self.capture_reasons.items()}
         return values
 
     def expect(self, **deltas: int | Mapping[str, int]) -> contextlib.AbstractContextManager[None]:
@@ -143,15 +169,16 @@ def _retire(counters: Counters) -> None:
         for name in _COUNTED:
             setattr(_retired, name, getattr(_retired, name) + getattr(counters, name))
         _retired.recapture_reasons.update(counters.recapture_reasons)
+        _retired.capture_reasons.update(counters.capture_reasons)
 
 
 def _total(name: str) -> Any:
     with _registry_lock:
         parts = [_retired, *_live.values()]
-    if name == "recapture_reasons":
+    if name in ("recapture_reasons", "capture_reasons"):
         total: Counter[str] = Counter()
         for part in parts:
-            total.update(part.recapture_reasons)
+            total.update(getattr(part, name))
         return total
     return sum(getattr(part, name) for part in parts)
 
@@ -169,6 +196,7 @@ class _ProcessCounters(Counters):
     fallbacks = property(lambda self: _total("fallbacks"))
     eager_calls = property(lambda self: _total("eager_calls"))
     recapture_reasons = property(lambda self: _total("recapture_reasons"))
+    capture_reasons = property(lambda self: _total("capture_reasons"))
 
 
 #: Process-wide counters: the sum over every runner; ``pool_bytes`` sums every live pool.

@@ -115,6 +115,20 @@ class CallPaths:
             return RecaptureReason.OUTPUTS_IN_USE
         return None
 
+    def moved_parameters(
+        self, path: CallPath, key: Hashable, args: tuple[Any, ...], layout: Layout
+    ) -> list[int]:
+        """Positions of the PARAMETER inputs at another address than ``key``'s graph on ``path``."""
+        entries = path.entries.get(key)
+        if not entries:
+            return []
+        params = set(layout.params)
+        return [
+            i
+            for i, ptr in zip(layout.watched, entries[0].ptrs, strict=True)
+            if i in params and args[i].data_ptr() != ptr
+        ]
+
     def add(self, path: CallPath, key: Hashable, entry: Entry) -> None:
         """Keep ``entry`` as a graph of ``key`` on ``path``."""
         entries = path.entries.get(key)

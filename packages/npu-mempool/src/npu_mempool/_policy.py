@@ -19,11 +19,15 @@ from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions
 from npu_mempool.errors import CaptureChurnWarning, CaptureLimitWarning
 
-__all__ = ["CHURN_LIMIT", "Action", "CapturePolicy", "Decision", "Reason"]
+__all__ = ["CHURN_LIMIT", "UNREPLAYED_LIMIT", "Action", "CapturePolicy", "Decision", "Reason"]
 
 #: New graphs in a row, with no replay between them, that differ only in non-tensor values: past
 #: this many, the value changes on every call and each capture is wasted work.
 CHURN_LIMIT = 8
+#: Graphs of new keys captured in a row with no replay between them: past this many, the calls
+#: bring shapes that never repeat (a growing cache, a new length per call), and each capture
+#: costs more than the eager call it would save. New keys then run eagerly until one replays.
+UNREPLAYED_LIMIT = 8
 
 
 class Action(enum.Enum):
@@ -47,6 +51,7 @@ class Reason(enum.Enum):
     CHURN = "churn"
     CAPTURE_LIMIT = "capture_limit"
     CAPTURE_FAILED = "capture_failed"
+    NO_REPLAY = "no_replay"
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,8 @@ class Decision:
         action: What to do.
         reason: Why.
         message: For ``GIVE_UP`` the warning, for ``RAISE`` the error, for a failed capture run
-            eagerly the log line; empty otherwise.
+            eagerly, or the first new key run eagerly for want of replays, the log line; empty
+            otherwise.
         warning: The warning class ``GIVE_UP`` warns with.
     """
 
@@ -87,6 +93,10 @@ class CapturePolicy:
         # and the runner's replay count when the last of them was seen.
         self._misses: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
         self._replays = 0
+        # Graphs of new keys captured since the last replay, and whether the runner said once
+        # that new keys run eagerly for want of replays.
+        self._unreplayed = 0
+        self._told = False
 
     def reset(self) -> None:
         """Forget warm-up counts and failed keys (the runner freed its graphs)."""
@@ -124,6 +134,7 @@ class CapturePolicy:
         if replays != self._replays:
             self._replays = replays
             self._misses.clear()
+            self._unreplayed = 0
         if not known:
             seen = self._warm.get(key, 0)
             runs = self._options.warmup_runs
@@ -133,6 +144,8 @@ class CapturePolicy:
             # A forced recapture misses on every call by design: that is no churn.
             if not self._options.force_recapture and self._churning(args, layout):
                 return self._give_up_churn(layout, name)
+            if self._unreplayed >= UNREPLAYED_LIMIT and not self._options.force_recapture:
+                return self._no_replay(name)
         limit = self._options.capture_limit
         if graphs >= limit and make_room() >= limit:
             return Decision(
@@ -144,7 +157,24 @@ class CapturePolicy:
                 "TorchAir-style configs spell debug.aclgraph.static_capture_size_limit.",
                 CaptureLimitWarning,
             )
+        if not known:
+            self._unreplayed += 1
         return _CAPTURE
+
+    def _no_replay(self, name: str) -> Decision:
+        told, self._told = self._told, True
+        if told:
+            return Decision(Action.EAGER, Reason.NO_REPLAY)
+        return Decision(
+            Action.EAGER,
+            Reason.NO_REPLAY,
+            f"GraphRunner {name!r} captured {UNREPLAYED_LIMIT} graphs of new input shapes in a "
+            "row and replayed none: each call brings a shape not seen before, and a capture "
+            "costs more than the call it would save. New shapes run eagerly until a captured "
+            "one replays. Keep shapes static: a static KV cache (transformers' StaticCache, "
+            "generate(cache_implementation='static')), or padding to a few sizes (npu_compile's "
+            "capture sizes).",
+        )
 
     def on_failure(self, key: Hashable, exc: Exception, name: str) -> Decision:
         """Decide for a capture of ``key`` that raised ``exc`` (``name``: the runner's)."""

@@ -22,7 +22,7 @@ import torch
 
 from npu_mempool._budget import graph_budget
 from npu_mempool._capture import capture
-from npu_mempool._counters import Counters, RecaptureReason, register
+from npu_mempool._counters import NEW_KEY, Counters, RecaptureReason, register
 from npu_mempool._devices import GraphBackend
 from npu_mempool._entry import Reclaim, reclaiming
 from npu_mempool._keys import Layout
@@ -153,6 +153,10 @@ class GraphRunner:
         self._specialized: dict[Hashable, Callable[..., Any]] = {}
         self._layout: Layout | None = None
         self._eager = False
+        # Parameter-moved captures since the replay count was last seen to move (see
+        # _parameters_keep_moving).
+        self._moves = 0
+        self._replays_at_move = 0
         # Who captured a graph: outputs ended by a top-level call alone are taken back from the
         # runner's own graphs only (see _entry.Reclaim).
         self._owner = object()
@@ -259,9 +263,7 @@ class GraphRunner:
         """``force_recapture``: free the key's graphs and capture it again for this call."""
         forced = self._call_paths.known(key)
         self._call_paths.discard_key(key)
-        result = self._miss(self._paths[0], key, args)
-        if forced and self._call_paths.known(key):
-            self.counters.recapture_reasons[RecaptureReason.FORCED] += 1
+        result = self._miss(self._paths[0], key, args, RecaptureReason.FORCED if forced else None)
         return result
 
     def _reclaim(self, layout: Layout, args: tuple[Any, ...]) -> Reclaim:
@@ -292,8 +294,17 @@ class GraphRunner:
 
     # -- a call that found no free graph -------------------------------------------------------
 
-    def _miss(self, path: CallPath, key: Hashable, args: tuple[Any, ...]) -> Any:
-        """Ask the policy, then capture a graph for ``key`` on ``path`` (or do what it says)."""
+    def _miss(
+        self,
+        path: CallPath,
+        key: Hashable,
+        args: tuple[Any, ...],
+        forced: RecaptureReason | None = None,
+    ) -> Any:
+        """Ask the policy, then capture a graph for ``key`` on ``path`` (or do what it says).
+
+        ``forced``: the key's graphs were just freed to capture it again (``force_recapture``).
+        """
         layout = self._layout_checked()
         paths = self._call_paths
         known = paths.known(key)
@@ -315,10 +326,16 @@ class GraphRunner:
             name=self.name,
         )
         if decision.action is Action.EAGER:
+            if decision.message:
+                log.warning("%s", decision.message)
             return self._eager_call(args)
         if decision.action is Action.GIVE_UP:
             return self._give_up(decision, args)
-        reason = paths.recapture_reason(path, key, args, layout, known)
+        reason = forced or paths.recapture_reason(path, key, args, layout, known)
+        if reason is RecaptureReason.PARAMETER_MOVED and self._parameters_keep_moving():
+            return self._copy_moving_parameters(
+                paths.moved_parameters(path, key, args, layout), args
+            )
         pool, backend = paths.pool_for(path, args, layout, self.name)
         if not self._may_capture(pool, backend):
             return self._eager_call(args)
@@ -360,14 +377,58 @@ class GraphRunner:
             pool_bytes=lambda: pool.nbytes,
         )
         paths.add(path, key, entry)
-        self.counters.captures += 1
+        counters = self.counters
+        if counters.captures:
+            counters.capture_reasons[NEW_KEY if reason is None else reason] += 1
+        counters.captures += 1
         if reason is not None:
-            self.counters.recapture_reasons[reason] += 1
+            counters.recapture_reasons[reason] += 1
         if backend.executes_on_capture:
             return entry.hand_out()
         # A device capture only records: the capturing call replays once for its results. That
         # replay is part of the capture, not counted, so counters read the same on every device.
         return entry.replay(args)
+
+    def _parameters_keep_moving(self) -> bool:
+        """Whether parameters moved on MOVED_LIMIT captures in a row with no replay between.
+
+        Parameter sets that alternate (two module instances, adapters switched) capture once
+        each and then replay; parameters that come at a new address on every step (FSDP2
+        gathers each layer's parameters anew, a module rebuilt per step) would capture on every
+        call and never replay.
+        """
+        replays = self.counters.replays
+        if replays != self._replays_at_move:
+            self._replays_at_move = replays
+            self._moves = 0
+        self._moves += 1
+        return self._moves >= MOVED_LIMIT
+
+    def _copy_moving_parameters(self, moved: Sequence[int], args: tuple[Any, ...]) -> Any:
+        """Copy the parameters at ``moved`` into static buffers on every call, like user inputs.
+
+        Their graphs are freed and captured again once for the new layout; from then on a call
+        copies their values in and replays, whatever their addresses.
+        """
+        assert self._layout is not None
+        kinds = list(self._kinds or [InputKind.USER] * self._layout.count)
+        for i in moved or self._layout.params:
+            kinds[i] = InputKind.USER
+        self._kinds = tuple(kinds)
+        positions = list(moved or self._layout.params)
+        self._free_graphs()
+        self._layout = None
+        self._moves = 0
+        log.info(
+            "GraphRunner %r: parameters at positions %s came at new addresses on %d captures in "
+            "a row with no replay between; they are copied in on every call from now on, like "
+            "user inputs, instead of being captured again",
+            self.name,
+            positions,
+            MOVED_LIMIT,
+        )
+        _moving_once()
+        return self(*args)
 
     def _may_capture(self, pool: PoolHandle, backend: GraphBackend) -> bool:
         """Whether the device takes another graph now: not one it refuses, not over its budget.
@@ -417,7 +478,24 @@ class GraphRunner:
         self._specialized.clear()
 
 
+#: Captures in a row, with no replay between, for which parameters came at new addresses: from
+#: this many on, they are copied in like user inputs (see GraphRunner._parameters_keep_moving).
+MOVED_LIMIT = 2
+
 _refusals: set[str] = set()
+_moving_said: list[bool] = []
+
+
+def _moving_once() -> None:
+    """Say once per process why runners copy parameters that keep moving."""
+    if not _moving_said:
+        _moving_said.append(True)
+        log.warning(
+            "parameters of captured graphs come at new addresses on every call (FSDP2 gathers "
+            "them anew each step, or modules are rebuilt): their graphs copy them in on every "
+            "call, like user inputs, instead of being captured again (logger npu_mempool, "
+            "level INFO, names each graph)"
+        )
 
 
 def _refused_once(reason: str) -> None:
