@@ -108,16 +108,17 @@ class BackendStats:
         per_runner: dict[str, dict[str, Any]] = {}
         for runner in self.runners:
             counters = runner.counters
-            row = {
+            captured_why = {str(k): v for k, v in counters.capture_reasons.items()}
+            row: dict[str, Any] = {
                 "calls": counters.calls,
                 "captures": counters.captures,
                 "replays": counters.replays,
                 "eager_calls": counters.eager_calls,
-                "capture_reasons": {str(k): v for k, v in counters.capture_reasons.items()},
+                "capture_reasons": captured_why,
             }
             for name in totals:
                 totals[name] += row[name]
-            for reason, count in row["capture_reasons"].items():
+            for reason, count in captured_why.items():
                 reasons[reason] = reasons.get(reason, 0) + count
             per_runner[runner.name] = row
         return {**totals, "capture_reasons": reasons, "runners": per_runner}
