@@ -208,3 +208,23 @@ def test_the_backend_says_how_its_calls_were_answered() -> None:
     assert calls["replays"] == 3
     (row,) = [r for r in calls["runners"].values() if r["calls"] == 4]
     assert (row["captures"], row["replays"], row["capture_reasons"]) == (1, 3, {})
+
+
+def test_without_dynamo_s_guards_calls_replay_and_another_layout_is_refused() -> None:
+    # An engine that dispatches itself turns Dynamo's guards off (vLLM does): no guard runs per
+    # call. The runner keys each call on its inputs, so a replay never serves another layout,
+    # and a new layout is refused, since the graph was traced for one. Before, a (1, 16) input
+    # was broadcast into the (4, 16) static buffer and four rows came back.
+    model = _mlp().eval()
+    backend = npu_compile.get_npu_backend()
+    compiled = torch.compile(
+        model, backend=backend, options={"guard_filter_fn": torch.compiler.skip_all_guards_unsafe}
+    )
+    with torch.no_grad():
+        for i in range(3):
+            x = torch.randn(4, 4, generator=torch.Generator().manual_seed(i))
+            torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
+        (runner,) = backend.stats.runners
+        assert (runner.counters.captures, runner.counters.replays) == (1, 2)
+        with pytest.raises(npu_compile.BackendError, match=r"traced for input \d+ as float32"):
+            compiled(torch.randn(1, 4))

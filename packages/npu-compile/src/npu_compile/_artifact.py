@@ -50,7 +50,7 @@ __all__ = ["GraphArtifact", "SerializedGraph", "ARTIFACT_FORMAT"]
 logger = logging.getLogger("npu_compile")
 
 #: Bumped whenever what :class:`GraphArtifact` pickles changes meaning; older files are refused.
-ARTIFACT_FORMAT = 3
+ARTIFACT_FORMAT = 4
 _MAGIC = b"npu-compile-aot\0"
 # magic, format, SHA-256 of the bundle, length of the graph name (then the name, then the bundle).
 _HEADER = struct.Struct("<16sH32sH")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import npu_mempool
@@ -23,7 +23,7 @@ from npu_compile._plan import GraphPlan, Route
 from npu_compile._settings import Settings
 from npu_compile._static_kernels import specializer
 from npu_compile._stats import BackendStats, loaded_stats
-from npu_compile.errors import FallbackReason
+from npu_compile.errors import BackendError, FallbackReason
 
 __all__ = ["build", "build_loaded"]
 
@@ -68,9 +68,8 @@ def _runner(
         forward,
         input_kinds=plan.kinds,
         options=settings.capture_options,
-        specialize=specialize,
+        specialize=_traced_for(gm, name, specialize, forward),
         name=name,
-        guarded=None if plan.guarded is None else list(plan.guarded),
     )
     stats.captured += 1
     stats.record_runner(runner)
@@ -82,6 +81,64 @@ def _runner(
     if plan.padding is not None:
         function = plan.padding.wrap(function, forward, name)
     return function
+
+
+def _traced_for(
+    gm: torch.fx.GraphModule,
+    name: str,
+    specialize: Callable[[Hashable, tuple[Any, ...]], CompiledFn] | None,
+    forward: CompiledFn,
+) -> Callable[[Hashable, tuple[Any, ...]], CompiledFn]:
+    """The runner's per-key hook, refusing a key the graph was not traced for.
+
+    No input is marked guarded for the runner, even where it gets Dynamo's own inputs: Dynamo's
+    guards can be turned off (torch.compile's ``guard_filter_fn``, as an engine that dispatches
+    itself does) and the backend cannot tell.
+
+    The runner keys every call on its inputs' shapes, dtypes and strides, so a replay never
+    serves another layout. But a new key is captured by running the graph, which was traced
+    for the static sizes, dtypes and strides of its example inputs: with Dynamo's guards, no
+    other layout reaches it; without them (``guard_filter_fn``, an engine that dispatches
+    itself), running it on another layout could give another number without an error. So a new
+    key's layout is checked against the traced one where that is static, and refused loudly.
+    """
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    traced = [
+        (index, value)
+        for index, node in enumerate(placeholders)
+        if isinstance(value := node.meta.get("val"), torch.Tensor)
+    ]
+
+    def check(key: Hashable, args: tuple[Any, ...]) -> CompiledFn:
+        for index, value in traced:
+            arg = args[index] if index < len(args) else None
+            if isinstance(arg, torch.Tensor) and not _fits(value, arg):
+                raise BackendError(
+                    f"FX graph {name} was traced for input {index} as {_layout(value)} but is "
+                    f"called with {_layout(arg)}: Dynamo's guards, which send other layouts to "
+                    "another graph, are off (torch.compile options guard_filter_fn). Keep "
+                    "tensor guards (torch.compiler.keep_tensor_guards_unsafe), or compile with "
+                    "dynamic=True for sizes that change"
+                )
+        return specialize(key, args) if specialize is not None else forward
+
+    return check
+
+
+def _fits(traced: torch.Tensor, arg: torch.Tensor) -> bool:
+    """Whether ``arg`` has the layout ``traced`` was traced with, where that is static."""
+    if arg.dtype != traced.dtype or arg.dim() != traced.dim():
+        return False
+    # Typed as objects: a traced size or stride may be a SymInt (a dynamic dimension: any value).
+    wanted: list[object] = [*traced.shape, *traced.stride()]
+    got: list[object] = [*arg.shape, *arg.stride()]
+    return all(not isinstance(w, int) or w == g for w, g in zip(wanted, got, strict=True))
+
+
+def _layout(tensor: torch.Tensor) -> str:
+    sizes: list[object] = list(tensor.shape)
+    strides: list[object] = list(tensor.stride())
+    return f"{str(tensor.dtype).removeprefix('torch.')} sizes {sizes} strides {strides}"
 
 
 def _pieces(

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from npu_mempool import InputKind
 
-__all__ = ["input_kinds", "guarded_by_dynamo", "runner_is_whole_call"]
+__all__ = ["input_kinds", "runner_is_whole_call"]
 
 
 def input_kinds(meta: Any, example_inputs: Sequence[Any]) -> list[InputKind]:
@@ -34,25 +34,6 @@ def input_kinds(meta: Any, example_inputs: Sequence[Any]) -> list[InputKind]:
         else:
             kinds.append(InputKind.USER)
     return kinds
-
-
-def guarded_by_dynamo(kinds: Sequence[InputKind], example_inputs: Sequence[Any]) -> list[bool]:
-    """Which runner arguments Dynamo's guards already pin down (shape, dtype and strides).
-
-    Only meaningful where the runner receives Dynamo's own graph inputs (``bypass``): Dynamo
-    calls a compiled graph only after its guards checked every tensor input, exactly for each
-    static size and stride. Those inputs need no place in the graph key. Mutated inputs keep
-    theirs: they are used in place, and a buffer kept in a module whose dict is unchanged may
-    skip Dynamo's tensor checks; their key also catches another view of the same memory.
-    """
-    flags = []
-    for kind, value in zip(kinds, example_inputs, strict=True):
-        static = isinstance(value, torch.Tensor) and not any(
-            isinstance(dim, torch.SymInt)
-            for dim in (*value.shape, *value.stride(), value.storage_offset())
-        )
-        flags.append(static and kind is not InputKind.MUTATED)
-    return flags
 
 
 def runner_is_whole_call(meta: Any, fw_gm: torch.fx.GraphModule, n_inputs: int) -> bool:

@@ -104,7 +104,6 @@ class GraphPlan:
             eagerly too.
         padding: How calls are padded to the capture sizes (``CAPTURE``), if they are.
         tensorified: Which inputs and outputs that made device scalars, once done.
-        guarded: Per input, whether Dynamo's guards pin it down (only when ``bypass``).
         bypass: Whether AOT's runtime wrapper is skipped: the built callable is what Dynamo
             calls.
         reinplace_intermediates: Whether functional ops are written into dead intermediates
@@ -120,7 +119,6 @@ class GraphPlan:
     pieces: tuple[int, ...] = ()
     padding: Padding | None = None
     tensorified: Tensorified | None = None
-    guarded: tuple[bool, ...] | None = None
     bypass: bool = False
     reinplace_intermediates: bool = False
 

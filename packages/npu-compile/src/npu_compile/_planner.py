@@ -18,7 +18,6 @@ import torch
 from npu_mempool import InputKind
 
 from npu_compile._capturable import TRAINING_REASON, host_sync_reason, storage_read_reason
-from npu_compile._inputs import guarded_by_dynamo
 from npu_compile._padding import plan_padding
 from npu_compile._piecewise import pieces_to_capture, split_points
 from npu_compile._plan import GraphFacts, GraphPlan, Route, Split, fallback_plan
@@ -90,16 +89,12 @@ def plan_graph(
         if settings.capture_sizes and not facts.training
         else None
     )
-    # Inside AOT's wrapper (no bypass) the runner receives AOT's arguments, which Dynamo does
-    # not guard, so nothing is marked guarded there.
-    guarded = tuple(guarded_by_dynamo(facts.kinds, example_inputs)) if bypass else None
     return GraphPlan(
         name,
         device,
         Route.CAPTURE,
         facts.kinds,
         padding=padding,
-        guarded=guarded,
         bypass=bypass,
         reinplace_intermediates=reinplace,
     )
