@@ -1,4 +1,4 @@
-"""The patterns sweep's CI subset: four patterns through the sweep's own code, with npu_compile.
+"""The patterns sweep's CI subset: five patterns through the sweep's own code, with npu_compile.
 
 ``nox -s patterns`` runs every pattern of ``benchmarks/_patterns.py`` with npu_compile and
 ``aot_eager`` (``docs/patterns.md``), torchao's, peft's and diffusers' among them. CI runs the
@@ -21,41 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from _patterns import PATTERNS, run
 
-
-def _fails_today(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
 SUBSET = [
-    pytest.param(
-        "train_step",
-        marks=_fails_today(
-            "the second call raises InternalTorchDynamoError (TypeError: '<=' not supported "
-            "between instances of 'dict' and 'set')"
-        ),
-    ),
-    pytest.param(
-        "compiled_autograd",
-        marks=_fails_today(
-            "the compiled autograd graph falls back to eager: aot_trace_failed (all flat_args "
-            "must be KNOWN_TYPES or opaque types)"
-        ),
-    ),
+    "train_step",
+    "compiled_autograd",
     "channels_last_inference",
-    pytest.param(
-        "autocast_region",
-        marks=_fails_today(
-            "the float32 region comes back in bfloat16: the captured graph runs without AOT's "
-            "runtime wrapper, which turns autocast off around the graph"
-        ),
-    ),
-    pytest.param(
-        "ddp_mlp",
-        marks=_fails_today(
-            "DDPOptimizer raises AssertionError: expected same # of fw and bw compiles, but "
-            "found bucket -1"
-        ),
-    ),
+    "autocast_region",
+    "ddp_mlp",
 ]
 
 
