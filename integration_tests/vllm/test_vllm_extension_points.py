@@ -170,7 +170,11 @@ def test_compiler_interface_puts_static_kernels_under_vllm_cache(tmp_path: Any) 
     backend = compiler._backend({"npu_compile_options": {"static_kernel_compile": True}})
     static = backend.config.experimental_config.aclgraph
     assert static._aclnn_static_shape_kernel
-    assert static._aclnn_static_shape_kernel_build_dir == str(tmp_path / "npu_compile")
+    # vLLM's cache directory is the default the backend lowers, not written into the options.
+    assert static._aclnn_static_shape_kernel_build_dir is None
+    settings = backend._settings
+    assert settings.static_kernels is not None
+    assert str(settings.static_kernels.build_dir) == str(tmp_path / "npu_compile")
     # vLLM's capture does the capturing: the compiler only prepares the piece.
     assert not backend.capture
     assert not backend.config.debug.run_eagerly

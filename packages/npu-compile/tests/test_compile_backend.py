@@ -1,5 +1,6 @@
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import npu_compile
@@ -465,3 +466,19 @@ def test_force_recapture_recaptures_on_every_call() -> None:
     (runner,) = backend.stats.runners
     assert runner.counters.captures == 4
     assert runner.counters.recapture_reasons == {"forced": 3}
+
+
+def test_an_engine_s_build_directory_is_a_default_never_written_into_the_config(
+    tmp_path: Path,
+) -> None:
+    config = CompilerConfig()
+    static = config.experimental_config.aclgraph
+    static._aclnn_static_shape_kernel = True
+    backend = NpuBackend(config, static_kernel_build_dir=str(tmp_path / "engine"))
+    assert backend._settings.static_kernels is not None
+    assert str(backend._settings.static_kernels.build_dir) == str(tmp_path / "engine")
+    assert backend.config.experimental_config.aclgraph._aclnn_static_shape_kernel_build_dir is None
+    static._aclnn_static_shape_kernel_build_dir = str(tmp_path / "mine")  # the user's wins
+    named = NpuBackend(config, static_kernel_build_dir=str(tmp_path / "engine"))
+    assert named._settings.static_kernels is not None
+    assert str(named._settings.static_kernels.build_dir) == str(tmp_path / "mine")

@@ -7,7 +7,6 @@ recorded in the backend's :class:`~npu_compile._stats.BackendStats` and logged.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -18,6 +17,7 @@ from npu_mempool import InputKind
 
 from npu_compile import _logs
 from npu_compile._fallback import eager_forward, forward_of, report, static_kernels_lost
+from npu_compile._lowering import pool_options
 from npu_compile._piecewise import piecewise
 from npu_compile._plan import GraphPlan, Route
 from npu_compile._settings import Settings
@@ -67,7 +67,7 @@ def _runner(
     runner = npu_mempool.GraphRunner(
         forward,
         input_kinds=plan.kinds,
-        options=settings.capture_options,
+        options=pool_options(plan.pool, settings, torch.device(plan.device)),
         specialize=_traced_for(gm, name, specialize, forward),
         name=name,
     )
@@ -145,12 +145,8 @@ def _pieces(
     plan: GraphPlan, gm: torch.fx.GraphModule, settings: Settings, stats: BackendStats
 ) -> CompiledFn:
 
-    options = settings.capture_options
-    if options.pool is None:
-        # One pool for every piece of this graph.
-        options = dataclasses.replace(
-            options, pool=npu_mempool.graph_pool_handle(torch.device(plan.device))
-        )
+    # One pool for every piece of the graph (the plan's PIECES), or the user's.
+    options = pool_options(plan.pool, settings, torch.device(plan.device))
 
     made: list[str] = []
 

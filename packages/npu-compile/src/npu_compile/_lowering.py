@@ -5,7 +5,7 @@ never per graph: the capture options and the static-kernel options are built, an
 once, by the package that owns them (``npu_mempool.CaptureOptions``,
 ``npu_static_kernel.StaticKernelOptions``), and every other option becomes a typed field under
 one name. This is the one module below the backend that reads the option tree.
-:func:`for_inputs` resolves a pool named by id to the pool of a graph's device.
+:func:`pool_options` turns the pool a plan chose into a runner's capture options.
 """
 
 from __future__ import annotations
@@ -13,34 +13,48 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import threading
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from npu_mempool import CaptureOptions, PoolHandle, graph_pool_handle
 from npu_static_kernel import StaticKernelOptions
 
-from npu_compile._accel import first_tensor_device, with_index
+from npu_compile._accel import with_index
+from npu_compile._plan import PoolChoice, PoolSource
 from npu_compile._settings import DataDump, Dump, Settings, UserPass
 
 if TYPE_CHECKING:
     from npu_compile.configs.compiler_config import CompilerConfig
 
-__all__ = ["for_inputs", "lower"]
+__all__ = ["lower", "pool_options"]
 
 
-def for_inputs(settings: Settings, example_inputs: Sequence[object]) -> Settings:
-    """``settings`` with a pool id tuple resolved to the pool of the inputs' device."""
-    if settings.pool_id is None:
-        return settings
-    pool = _pool_for(first_tensor_device(example_inputs), settings.pool_id)
-    return dataclasses.replace(
-        settings, capture_options=dataclasses.replace(settings.capture_options, pool=pool)
-    )
+def pool_options(
+    choice: PoolChoice, settings: Settings, device: torch.device, **overrides: Any
+) -> CaptureOptions:
+    """The capture options of a runner of a graph whose plan chose ``choice`` (on ``device``).
+
+    The one place a pool the plan chose becomes a ``PoolHandle``: the user's own, the
+    process-wide one of a pool id on this device, or a new one for a graph's pieces. ``OWN``
+    leaves it to the runner. ``overrides`` are other ``CaptureOptions`` fields (the backward's).
+    """
+    if choice.source is PoolSource.ID:
+        assert choice.pool_id is not None
+        overrides["pool"] = _pool_for(device, choice.pool_id)
+    elif choice.source is PoolSource.PIECES:
+        overrides["pool"] = graph_pool_handle(device)
+    if not overrides:
+        return settings.capture_options
+    return dataclasses.replace(settings.capture_options, **overrides)
 
 
-def lower(config: CompilerConfig, *, capture: bool = True) -> Settings:
+def lower(
+    config: CompilerConfig, *, capture: bool = True, build_dir: str | None = None
+) -> Settings:
     """Lower ``config`` once; ``capture=False`` runs every graph without capture.
+
+    ``build_dir`` is the static kernels' directory where the config names none (an engine's
+    cache directory).
 
     Raises:
         npu_mempool.ConfigError: A capture option npu-mempool refuses.
@@ -87,7 +101,7 @@ def lower(config: CompilerConfig, *, capture: bool = True) -> Settings:
         capture_options=capture_options,
         pool_id=pool_id,
         shared_pool=shared,
-        static_kernels=_static_kernel_options(config),
+        static_kernels=_static_kernel_options(config, build_dir),
         static_kernel_sym_index=int(static._aclnn_static_shape_kernel_sym_index),
         static_kernel_sym_range=None if sym_range is None else tuple(sym_range),  # type: ignore[arg-type]
         piecewise=bool(config.aclgraph_config.piecewise),
@@ -147,12 +161,15 @@ def options_digest(config: CompilerConfig) -> str:
     return hashlib.sha256(repr((__version__, options)).encode()).hexdigest()[:16]
 
 
-def _static_kernel_options(config: CompilerConfig) -> StaticKernelOptions | None:
+def _static_kernel_options(
+    config: CompilerConfig, default_dir: str | None
+) -> StaticKernelOptions | None:
     static = config.experimental_config.aclgraph
     if not static._aclnn_static_shape_kernel:
         return None
+    named = static._aclnn_static_shape_kernel_build_dir
     return StaticKernelOptions(
-        build_dir=static._aclnn_static_shape_kernel_build_dir,
+        build_dir=named if named is not None else default_dir,
         # strict: a failed build raises instead of running the graph without static kernels.
         strict=bool(config.debug.aclgraph.strict),
         fallback_dir=static._aclnn_static_shape_kernel_fallback_dir,

@@ -31,7 +31,6 @@ from npu_compile._build import build
 from npu_compile._capturable import external_state_reason, records_autograd, uncapturable_reason
 from npu_compile._fallback import fall_back
 from npu_compile._inputs import input_kinds, runner_is_whole_call
-from npu_compile._lowering import for_inputs
 from npu_compile._passcheck import PassTrail, checked
 from npu_compile._plan import GraphFacts, GraphPlan, Route
 from npu_compile._planner import plan_graph
@@ -157,7 +156,6 @@ def _compile(
         refused = _refused(graph_module, example_inputs, device)
         if refused is not None:
             return convention(fall_back(gm, name, refused, settings.strict, stats))
-    settings = for_inputs(settings, example_inputs)
     context = TracingContext.try_get()
     # Under torch's AOT compile (vLLM's default) the compiled function must be saved and loaded
     # in another process: the forward compiler then returns a GraphArtifact (see _artifact).
@@ -294,6 +292,8 @@ class ForwardCompiler:
         """Compile AOT's forward graph ``gm``; AOT gets the callable (or its artifact)."""
         plan, prepared = self.plan(gm, example_inputs)
         self._plan = plan
+        # The backward's runner captures into the pool the plan chose for the graph.
+        self.backward.pool = plan.pool
         self._built = build(plan, prepared, self.settings, self.stats)
         if self._trail is not None and plan.route is not Route.FALLBACK:
             self._built = checked(self._built, self._trail)

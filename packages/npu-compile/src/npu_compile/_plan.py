@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from npu_compile._tensorify import Tensorified
     from npu_compile.errors import FallbackReason
 
-__all__ = ["GraphFacts", "GraphPlan", "Route", "Split", "fallback_plan"]
+__all__ = ["GraphFacts", "GraphPlan", "PoolChoice", "Route", "Split", "fallback_plan"]
 
 
 class Route(enum.Enum):
@@ -61,6 +61,35 @@ class Split:
 
     def describe(self) -> str:
         return f"{self.node} ({self.op}: {self.why})"
+
+
+class PoolSource(enum.Enum):
+    """Where the pool of a graph's runners comes from."""
+
+    #: Each runner makes its own when it first captures (npu-mempool's call paths).
+    OWN = "own"
+    #: One pool for every piece of the graph, made when the graph is built.
+    PIECES = "pieces"
+    #: The user's ``PoolHandle`` (``aclgraph_config.use_custom_pool``), shared across graphs.
+    HANDLE = "handle"
+    #: A pool the user named by id (``use_custom_pool``): one per device and id in the process.
+    ID = "id"
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolChoice:
+    """Which pool a graph's runners capture into, forward and backward: the planner's decision.
+
+    ``_lowering.pool_options`` turns it into the runners' ``CaptureOptions``; npu-mempool then
+    allocates (a pool per call path where the choice leaves it one to make).
+
+    Attributes:
+        source: Where the pool comes from.
+        pool_id: The id the user named (``ID`` only).
+    """
+
+    source: PoolSource = PoolSource.OWN
+    pool_id: tuple[int, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +137,7 @@ class GraphPlan:
             calls.
         reinplace_intermediates: Whether functional ops are written into dead intermediates
             (not in pieces, whose inputs made between pieces are copies, nor with streams).
+        pool: The pool its runners capture into, its backward's included.
     """
 
     name: str
@@ -121,6 +151,7 @@ class GraphPlan:
     tensorified: Tensorified | None = None
     bypass: bool = False
     reinplace_intermediates: bool = False
+    pool: PoolChoice = PoolChoice()
 
     @property
     def tensorify(self) -> bool:

@@ -20,13 +20,21 @@ from npu_mempool import InputKind
 from npu_compile._capturable import TRAINING_REASON, host_sync_reason, storage_read_reason
 from npu_compile._padding import plan_padding
 from npu_compile._piecewise import pieces_to_capture, split_points
-from npu_compile._plan import GraphFacts, GraphPlan, Route, Split, fallback_plan
+from npu_compile._plan import (
+    GraphFacts,
+    GraphPlan,
+    PoolChoice,
+    PoolSource,
+    Route,
+    Split,
+    fallback_plan,
+)
 from npu_compile.errors import FallbackReason
 
 if TYPE_CHECKING:
     from npu_compile._settings import Settings
 
-__all__ = ["plan_graph"]
+__all__ = ["plan_graph", "pool_choice"]
 
 
 def plan_graph(
@@ -61,6 +69,7 @@ def plan_graph(
         host_sync = host_sync_reason(gm)
         if host_sync is not None:
             return fallback_plan(facts, FallbackReason.HOST_SYNC, host_sync)
+    pool = pool_choice(settings, pieces=bool(splits))
     if not settings.capture:
         return GraphPlan(
             name,
@@ -81,7 +90,14 @@ def plan_graph(
         # A piece gets the tensors made between pieces as copied inputs: an op reinplaced onto
         # one would write the copy, not the tensor later pieces read.
         return GraphPlan(
-            name, device, Route.PIECES, facts.kinds, splits=splits, pieces=pieces, bypass=bypass
+            name,
+            device,
+            Route.PIECES,
+            facts.kinds,
+            splits=splits,
+            pieces=pieces,
+            bypass=bypass,
+            pool=pool,
         )
     # Not a training forward: its saved tensors would be cut to the batch as well.
     padding = (
@@ -97,7 +113,23 @@ def plan_graph(
         padding=padding,
         bypass=bypass,
         reinplace_intermediates=reinplace,
+        pool=pool,
     )
+
+
+def pool_choice(settings: Settings, *, pieces: bool) -> PoolChoice:
+    """The pool a graph's runners capture into (its backward's too).
+
+    A pool the user named (``use_custom_pool``) is shared by every graph that names it. Else
+    the pieces of a split graph share one pool of their own (a piece captured while the
+    outputs of the pieces before it live replays beside them), and a whole graph's runner makes
+    its own.
+    """
+    if settings.pool_id is not None:
+        return PoolChoice(PoolSource.ID, settings.pool_id)
+    if settings.capture_options.pool is not None:
+        return PoolChoice(PoolSource.HANDLE)
+    return PoolChoice(PoolSource.PIECES if pieces else PoolSource.OWN)
 
 
 def _nothing_to_capture(splits: Sequence[Split]) -> tuple[FallbackReason, str]:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import npu_mempool
@@ -49,6 +48,8 @@ from torch._compile import _disable_dynamo
 
 from npu_compile._capturable import host_sync_reason
 from npu_compile._fallback import boxed, fall_back, forward_of
+from npu_compile._lowering import pool_options
+from npu_compile._plan import PoolChoice, PoolSource
 from npu_compile.errors import FallbackReason
 
 if TYPE_CHECKING:
@@ -94,6 +95,9 @@ class BackwardCompiler:
         self._stats = stats
         self._parameters: frozenset[str] = frozenset()
         self._training = False
+        # The pool the forward's plan chose (the forward compiler sets it before AOT can ask
+        # for the backward).
+        self.pool = PoolChoice()
 
     def saw_forward(self, fw_gm: torch.fx.GraphModule, kinds: Sequence[InputKind]) -> None:
         """Remember which forward nodes are a parameter or a view of one (before passes).
@@ -194,7 +198,16 @@ class BackwardCompiler:
         # into graph buffers whatever clone_input says, since without the copy a later call
         # would be copied into the first call's tensors, which may be someone's gradient now.
         # Its outputs are kept while held (see the module docstring).
-        options = replace(self._settings.capture_options, clone_input=True, keep_held_outputs=True)
+        # The forward's pool where the user named one; a split forward's pieces share a pool of
+        # their own, and the backward (one whole graph) keeps its own, as before the split.
+        pool = self.pool if self.pool.source is not PoolSource.PIECES else PoolChoice()
+        options = pool_options(
+            pool,
+            self._settings,
+            torch.device(device) if device is not None else torch.device("cpu"),
+            clone_input=True,
+            keep_held_outputs=True,
+        )
         runner = npu_mempool.GraphRunner(
             forward_of(prepared), input_kinds=kinds, options=options, name=self.name
         )

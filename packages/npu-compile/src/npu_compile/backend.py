@@ -64,6 +64,9 @@ class NpuBackend:
             traces the graph.
         capture: ``False`` runs every graph through the pipeline without capturing it, for an
             engine that captures the compiled function itself (vLLM's static-graph wrapper).
+        static_kernel_build_dir: Where static kernels are built when the config names no
+            directory (``experimental_config.aclgraph._aclnn_static_shape_kernel_build_dir``
+            is None): an engine's cache directory. The config is left as it is.
 
     Attributes:
         config: The configuration (a private copy; later edits to the caller's object have no
@@ -80,6 +83,7 @@ class NpuBackend:
         custom_decompositions: Mapping[Any, Callable[..., Any]] | None = None,
         *,
         capture: bool = True,
+        static_kernel_build_dir: str | None = None,
     ) -> None:
         if config is not None and not isinstance(config, CompilerConfig):
             raise BackendError(
@@ -92,7 +96,8 @@ class NpuBackend:
         self.decompositions = _passes.check_decompositions(custom_decompositions)
         _config_checks.check_mode(self.config)
         # Lowered once: every graph of this backend reads the same frozen settings.
-        self._settings = lower(self.config, capture=capture)
+        self._build_dir = static_kernel_build_dir
+        self._settings = lower(self.config, capture=capture, build_dir=static_kernel_build_dir)
         self._warned: set[str] = set()
         # torch.compile(options=...): the dict, a copy of its contents, its lowered settings.
         self._options: tuple[dict[str, object], dict[str, object], Settings] | None = None
@@ -110,6 +115,7 @@ class NpuBackend:
             and other.config == self.config
             and other.capture == self.capture
             and other.decompositions == self.decompositions
+            and other._build_dir == self._build_dir
         )
 
     def __hash__(self) -> int:
@@ -178,7 +184,7 @@ class NpuBackend:
             return cached[2]
         config = self.config.with_options(options)
         _config_checks.warn_no_effect(config, self._warned)
-        settings = lower(config, capture=self.capture)
+        settings = lower(config, capture=self.capture, build_dir=self._build_dir)
         self._options = (options, dict(options), settings)
         return settings
 

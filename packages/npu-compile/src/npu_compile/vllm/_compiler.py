@@ -82,15 +82,9 @@ class NpuCompilerInterface(CompilerInterface):
 
     def _new_backend(self, options: dict[str, Any]) -> NpuBackend:
         config = CompilerConfig().with_options(options)
-        static = config.experimental_config.aclgraph
-        if (
-            static._aclnn_static_shape_kernel
-            and self._build_dir is not None
-            and static._aclnn_static_shape_kernel_build_dir is None
-        ):
-            static._aclnn_static_shape_kernel_build_dir = self._build_dir
-        # vLLM's static-graph wrapper captures; this compiler only prepares the piece.
-        return NpuBackend(config, capture=False)
+        # vLLM's static-graph wrapper captures; this compiler only prepares the piece. vLLM's
+        # cache directory is the static kernels' default, not written into the options.
+        return NpuBackend(config, capture=False, static_kernel_build_dir=self._build_dir)
 
     def compile(
         self,
