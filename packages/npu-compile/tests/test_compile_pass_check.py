@@ -13,7 +13,8 @@ from typing import Any
 import npu_compile
 import pytest
 import torch
-from npu_compile import CompilerConfig, PassCheckError, _reinplace
+from npu_compile import CompilerConfig, PassCheckError
+from npu_compile._passes import reinplace as _reinplace
 
 aten = torch.ops.aten
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import npu_compile
 import pytest
 import torch
-from npu_compile._reinplace import reinplace_intermediates
+from npu_compile._passes.reinplace import reinplace_intermediates
 from torch.fx.experimental.proxy_tensor import make_fx
 
 aten = torch.ops.aten

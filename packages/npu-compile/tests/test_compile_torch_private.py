@@ -121,7 +121,8 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch._guards.TracingContext.try_get",
         "AOT autograd",
-        "_pipeline and _passes find the tracing context (metadata, fake mode) of the compile",
+        "_pipeline and _passes.post_grad find the tracing context (metadata, fake mode) of the "
+        "compile",
     ),
     PrivateApi(
         "torch._guards.TracingContext.fw_metadata",
@@ -151,12 +152,13 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch.fx.passes.reinplace._maybe_get_inplace_op",
         "FX",
-        "_reinplace finds the in-place variant of a functional op (same schema)",
+        "_passes.reinplace finds the in-place variant of a functional op (same schema)",
     ),
     PrivateApi(
         "torch._guards.detect_fake_mode",
         "AOT autograd",
-        "_passes finds the shape environment of the example inputs (no new guards in passes)",
+        "_passes.post_grad finds the shape environment of the example inputs (no new guards in "
+        "passes)",
     ),
     PrivateApi(
         f"{_SCHEMAS}.ViewAndMutationMeta.input_info",
@@ -374,66 +376,66 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch._guards.TracingContext.tensor_to_context",
         "Dynamo",
-        "_batch_symbol finds the tensors the user marked among those Dynamo traced",
+        "_padding.symbol finds the tensors the user marked among those Dynamo traced",
         probe=lambda: _marked_graph_input()["source"],
     ),
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes.StatefulSymbolicContext.tensor_source",
         "FX symbolic shapes",
-        "_batch_symbol names a traced tensor by its source",
+        "_padding.symbol names a traced tensor by its source",
     ),
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes.ShapeEnv.var_to_sources",
         "FX symbolic shapes",
-        "_batch_symbol finds which dimension of which input each size symbol came from",
+        "_padding.symbol finds which dimension of which input each size symbol came from",
         probe=_size_source,
     ),
     PrivateApi(
         "torch._dynamo.source.TensorPropertySource",
         "Dynamo",
-        "_batch_symbol reads a size symbol's source (base, prop, idx)",
+        "_padding.symbol reads a size symbol's source (base, prop, idx)",
     ),
     PrivateApi(
         "torch._dynamo.decorators.mark_dynamic",
         "Dynamo",
-        "_batch_symbol pads the dimension mark_dynamic recorded in _dynamo_dynamic_indices",
+        "_padding.symbol pads the dimension mark_dynamic recorded in _dynamo_dynamic_indices",
         probe=_marked_dims,
     ),
     PrivateApi(
         "torch.fx.experimental.sym_node.SymNode.shape_env",
         "FX symbolic shapes",
-        "_batch_symbol finds the shape environment of the batch size's symbol",
+        "_padding.symbol finds the shape environment of the batch size's symbol",
         probe=_shape_env,
     ),
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes.ShapeEnv.guards",
         "FX symbolic shapes",
-        "_batch_symbol keeps the capture sizes the guards on the batch size admit",
+        "_padding.symbol keeps the capture sizes the guards on the batch size admit",
         probe=_shape_env_field("guards"),
     ),
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes.ShapeEnv.deferred_runtime_asserts",
         "FX symbolic shapes",
-        "_batch_symbol keeps the capture sizes the runtime assertions on the batch size admit",
+        "_padding.symbol keeps the capture sizes the runtime assertions on the batch size admit",
         probe=_shape_env_field("deferred_runtime_asserts"),
     ),
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes.ShapeEnv.var_to_range",
         "FX symbolic shapes",
-        "_batch_symbol keeps the capture sizes within the batch size's value range",
+        "_padding.symbol keeps the capture sizes within the batch size's value range",
         probe=_shape_env_field("var_to_range"),
     ),
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes.ShapeEnv.replacements",
         "FX symbolic shapes",
-        "_batch_symbol reads guards with the sizes torch specialised replaced",
+        "_padding.symbol reads guards with the sizes torch specialised replaced",
         probe=_shape_env_field("replacements"),
     ),
     PrivateApi(
         "torch._ops.OpOverload._schema",
         "dispatch",
-        "_batch_proof reads an op's arguments by name and which ones it writes; _reinplace "
-        "reads which operands an op's results alias (the alias annotations)",
+        "_padding.proof reads an op's arguments by name and which ones it writes; "
+        "_passes.reinplace reads which operands an op's results alias (the alias annotations)",
         probe=lambda: __import__("torch").ops.aten.view.default._schema.returns[0].alias_info,
     ),
     PrivateApi(
@@ -445,17 +447,17 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch._inductor.fx_passes.post_grad.remove_noop_ops",
         "Inductor",
-        "_passes drops no-op views and copies before capture",
+        "_passes.post_grad drops no-op views and copies before capture",
     ),
     PrivateApi(
         "torch._inductor.fx_passes.reinplace.reinplace_inplaceable_ops_core",
         "Inductor",
-        "_reinplace writes a functional op copied back into an input in place (KV caches)",
+        "_passes.reinplace writes a functional op copied back into an input in place (KV caches)",
     ),
     PrivateApi(
         "torch.fx.experimental.symbolic_shapes.statically_known_true",
         "FX symbolic shapes",
-        "_reinplace compares symbolic sizes and strides without adding a guard",
+        "_passes.reinplace compares symbolic sizes and strides without adding a guard",
     ),
     PrivateApi(
         "torch._inductor.cpp_builder.get_cpp_compiler",
@@ -470,12 +472,12 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         "torch._ops.OpOverload",
         "dispatch",
-        "_passes checks the ops a user pass names",
+        "_passes.post_grad checks the ops a user pass names",
     ),
     PrivateApi(
         "torch._ops.OpOverloadPacket",
         "dispatch",
-        "_passes checks the ops a user pass names",
+        "_passes.post_grad checks the ops a user pass names",
     ),
     PrivateApi(
         "torch._logging._internal.register_log",

@@ -31,7 +31,7 @@ from npu_compile._build import build
 from npu_compile._capturable import external_state_reason, records_autograd, uncapturable_reason
 from npu_compile._fallback import fall_back
 from npu_compile._inputs import input_kinds, runner_is_whole_call
-from npu_compile._passcheck import PassTrail, checked
+from npu_compile._passes import PassTrail, checked
 from npu_compile._plan import GraphFacts, GraphPlan, Route
 from npu_compile._planner import plan_graph
 from npu_compile._settings import Settings
@@ -285,7 +285,7 @@ class ForwardCompiler:
         self.grad_enabled = torch.is_grad_enabled()
         self._plan: GraphPlan | None = None
         self._built: CompiledFn | None = None
-        # Copies of the graph around each pass, with debug.aclgraph.check_passes (_passcheck).
+        # Copies of the graph around each pass, with debug.aclgraph.check_passes (_passes.check).
         self._trail: PassTrail | None = None
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledFn:

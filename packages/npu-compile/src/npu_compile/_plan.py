@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     # Types only: the plan is data, and importing it loads nothing that computes it.
     from npu_mempool import InputKind
 
-    from npu_compile._padded import Padding
+    from npu_compile._padding.padded import Padding
     from npu_compile._tensorify import Tensorified
     from npu_compile.errors import FallbackReason
 

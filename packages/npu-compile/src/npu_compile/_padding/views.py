@@ -1,8 +1,8 @@
 """Padding rules for elementwise ops, views and joins (the table is ``_batch_rules``).
 
-Each rule gets the :class:`~npu_compile._batch_proof.Prover` and a node at least one of whose
+Each rule gets the :class:`~npu_compile._padding.proof.Prover` and a node at least one of whose
 inputs or sizes involves the batch, and returns the node's state or raises
-:class:`~npu_compile._batch_proof.Unproven`. The output's batch dimension is read from its
+:class:`~npu_compile._padding.proof.Unproven`. The output's batch dimension is read from its
 symbolic shape; a rule checks that it is where the op's semantics put the input's, and that the
 op does not work along it.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from npu_compile._batch_proof import (
+from npu_compile._padding.proof import (
     Prover,
     Rows,
     Rule,

@@ -1,7 +1,7 @@
 """The rule table of the padding proof: how each ATen op maps the batch from inputs to outputs.
 
-The rules live in :mod:`npu_compile._batch_views` (elementwise ops, views, joins) and
-:mod:`npu_compile._batch_ops` (products, lookups, reductions, norms, attention). An op missing
+The rules live in :mod:`npu_compile._padding.views` (elementwise ops, views, joins) and
+:mod:`npu_compile._padding.ops` (products, lookups, reductions, norms, attention). An op missing
 here fails the proof (the graph is then captured per size, never padded): the table lists what
 is known to be safe, not what is known to be unsafe. Ops tagged ``torch.Tag.pointwise`` are
 elementwise without being listed.
@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from npu_compile import _batch_ops as ops
-from npu_compile import _batch_views as views
-from npu_compile._batch_proof import Rule, schema_arg
-from npu_compile._batch_views import aten_ops
+from npu_compile._padding import ops, views
+from npu_compile._padding.proof import Rule, schema_arg
+from npu_compile._padding.views import aten_ops
 
 __all__ = ["rule_for"]
 

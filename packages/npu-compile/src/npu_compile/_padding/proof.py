@@ -12,7 +12,7 @@ AOT forward graph once, in order, and gives every tensor one of two states:
   ``i`` of the inputs.
 
 Which dimension holds the batch follows from the value's symbolic shape (the one dimension whose
-size involves ``B``); the rules of :mod:`npu_compile._batch_rules` check, per op, that the op
+size involves ``B``); the rules of :mod:`npu_compile._padding.rules` check, per op, that the op
 keeps rows apart. Anything they do not know fails the proof at that node, with the reason:
 :class:`Unproven`. A size computed from ``B`` may feed a view's shape, a factory's size, the end
 of an ``arange`` and the like, where the rules allow it; anywhere else (``x * B``) it changes

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from npu_mempool import InputKind
 
-from npu_compile._batch_proof import BatchInt, Rows, SliceRows, Unproven, prove
-from npu_compile._batch_rules import rule_for
-from npu_compile._batch_symbol import Batch, Guards, find_batch
-from npu_compile._padded import Padding
+from npu_compile._padding.padded import Padding
+from npu_compile._padding.proof import BatchInt, Rows, SliceRows, Unproven, prove
+from npu_compile._padding.rules import rule_for
+from npu_compile._padding.symbol import Batch, Guards, find_batch
 from npu_compile.errors import ConfigError
 
 if TYPE_CHECKING:

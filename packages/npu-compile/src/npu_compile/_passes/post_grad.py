@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from npu_compile import _reinplace, _torch_compat
+from npu_compile import _torch_compat
+from npu_compile._passes import reinplace as _reinplace
 from npu_compile._settings import Dump, Settings, UserPass
 from npu_compile.errors import BackendError
 
 if TYPE_CHECKING:
-    from npu_compile._passcheck import PassTrail
+    from npu_compile._passes.check import PassTrail
 
 __all__ = ["check_decompositions", "finish", "run_post_grad_passes"]
 

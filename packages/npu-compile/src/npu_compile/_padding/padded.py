@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from npu_compile._batch_proof import BatchInt, SliceRows
+from npu_compile._padding.proof import BatchInt, SliceRows
 
 __all__ = ["Padding"]
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from npu_compile._batch_proof import expr_of
+from npu_compile._padding.proof import expr_of
 
 __all__ = ["Batch", "Guards", "find_batch"]
 

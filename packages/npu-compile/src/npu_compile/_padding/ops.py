@@ -1,7 +1,7 @@
 """Padding rules for products, lookups, reductions, norms and attention (table: ``_batch_rules``).
 
-As in :mod:`npu_compile._batch_views`, each rule returns the node's state or raises
-:class:`~npu_compile._batch_proof.Unproven`.
+As in :mod:`npu_compile._padding.views`, each rule returns the node's state or raises
+:class:`~npu_compile._padding.proof.Unproven`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from npu_compile._batch_proof import (
+from npu_compile._padding.proof import (
     Prover,
     Rows,
     Rule,
