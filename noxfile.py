@@ -572,6 +572,22 @@ def first_call(session: nox.Session) -> None:
     )
 
 
+@nox.session(python=PYTHONS[0], name="host-path", default=False)
+def host_path(session: nox.Session) -> None:
+    """What a replay pays on the host: null graphs on the CPU, npu_compile against Dynamo alone.
+
+    `nox -s host-path -- --workloads mlp,decode --profile` runs some workloads and says where
+    npu_compile's time goes; the tables go to stdout, the JSON to build/host_path/.
+    """
+    session.install(*CONSTRAINTS, *_editables(*PACKAGES))
+    session.run(
+        "python",
+        "benchmarks/host_path.py",
+        f"--out={ROOT / 'build' / 'host_path'}",
+        *session.posargs,
+    )
+
+
 @nox.session(python=PYTHONS[0])
 def demo(session: nox.Session) -> None:
     """The main job: a small decoder LM, eager vs reduce-overhead, tokens checked identical."""
