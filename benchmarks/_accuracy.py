@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import npu_compile
+import npu_mempool
 import torch
 
 if TYPE_CHECKING:
@@ -78,6 +79,10 @@ class Outcome:
         where: The tensor it was seen in.
         graphs: FX graphs compiled (npu_compile: captured, eager, fallen back, in pieces).
         whole: npu_compile only: every graph captured whole, none eager or in pieces.
+        steady: npu_compile only: the calls its graph runners answered once the loop was
+            warm (after the first call or step, before a new length), and how many of them
+            replayed: ``{"calls": n, "replays": r}``. A graph captured and never replayed
+            saves nothing, so this is what carries over to a device.
     """
 
     result: str = "pass"
@@ -86,6 +91,7 @@ class Outcome:
     where: str = ""
     graphs: dict[str, int] = dataclasses.field(default_factory=dict)
     whole: bool | None = None
+    steady: dict[str, int] | None = None
 
 
 class _Wrong(Exception):
@@ -112,6 +118,32 @@ class _Comparison:
         self.worst = 0.0
         self.where = ""
         self.compared = 0
+        # The graph runners' calls and replays when the steady state began and ended.
+        self._steady: list[tuple[int, int]] = []
+
+    def steady(self) -> None:
+        """Mark where the steady state begins (first call), then where it ends (second call).
+
+        A body calls it once the loop is warm (after the first call or step) and again before
+        it changes the shapes (a new length); the runners' counters in between say how many
+        calls replayed. Without the second mark it runs to the body's end.
+        """
+        counters = npu_mempool.counters
+        if len(self._steady) < 2:
+            self._steady.append((counters.calls, counters.replays))
+
+    def adopt_steady(self, other: _Comparison) -> None:
+        """Take the steady state ``other`` marked (a comparison that checked for this one)."""
+        self._steady = list(other._steady)
+
+    def steady_calls(self) -> dict[str, int] | None:
+        """``{"calls", "replays"}`` of the steady state, or ``None`` if it was never begun."""
+        if not self._steady:
+            return None
+        begin = self._steady[0]
+        counters = npu_mempool.counters
+        end = self._steady[1] if len(self._steady) > 1 else (counters.calls, counters.replays)
+        return {"calls": end[0] - begin[0], "replays": end[1] - begin[1]}
 
     def __call__(self, name: str, reference: Any, got: Any) -> None:
         expected = dict(_leaves(reference, name))
@@ -169,6 +201,8 @@ def _inference(case: Case, compiled: Callable[..., Any], model: Any, check: _Com
     first, other = case.lengths
     with torch.no_grad():
         for seed, length in enumerate((first, first, first, other)):
+            if seed in (1, 3):  # warm after the first call; the new length ends it
+                check.steady()
             inputs = case.inputs(length, seed)
             expected = model(**inputs)
             check(f"call {seed}", expected, compiled(**inputs))
@@ -187,28 +221,38 @@ def _training(
 ) -> None:
     reference = copy.deepcopy(model)
     for step in range(steps):
+        if step == 1:  # the first step captured the forward and the backward
+            check.steady()
         inputs = case.inputs(case.lengths[0], step)
         expected = _loss(reference(**inputs))
         expected.backward()
         loss = _loss(compiled(**inputs))
         loss.backward()
         check(f"step {step} loss", expected, loss)
-        mine = dict(reference.named_parameters())
-        for name, parameter in model.named_parameters():
-            if mine[name].grad is None and parameter.grad is None:
-                continue
-            # A parameter nothing used: eager leaves its gradient None, a compiled backward may
-            # give zeros. The same gradient either way.
-            expected_grad = mine[name].grad
-            if expected_grad is None:
-                expected_grad = torch.zeros_like(parameter)
-            got_grad = parameter.grad if parameter.grad is not None else torch.zeros_like(parameter)
-            check(f"step {step} grad {name}", expected_grad, got_grad)
+        _compare_gradients(reference, model, check, step)
         buffers = dict(reference.named_buffers())
         for name, buffer in model.named_buffers():
             check(f"step {step} buffer {name}", buffers[name], buffer)
         for module in (reference, model):
             module.zero_grad(set_to_none=True)
+        # Hold no output into the next step, as a training loop does not: an output still held
+        # is in use, and the next call would capture on a second call path, not replay.
+        del expected, loss
+
+
+def _compare_gradients(reference: Any, model: Any, check: _Comparison, step: int) -> None:
+    """Every parameter's gradient against eager's (in a function: none is held afterwards)."""
+    mine = dict(reference.named_parameters())
+    for name, parameter in model.named_parameters():
+        if mine[name].grad is None and parameter.grad is None:
+            continue
+        # A parameter nothing used: eager leaves its gradient None, a compiled backward may give
+        # zeros. The same gradient either way.
+        expected_grad = mine[name].grad
+        if expected_grad is None:
+            expected_grad = torch.zeros_like(parameter)
+        got_grad = parameter.grad if parameter.grad is not None else torch.zeros_like(parameter)
+        check(f"step {step} grad {name}", expected_grad, got_grad)
 
 
 _BODIES = {
@@ -268,6 +312,7 @@ def run(case: Case, mode: str, backend_name: str, seed: int = 0) -> Outcome:
             "pieces": stats.piecewise,
         }
         outcome.whole = bool(stats.captured) and not stats.fallbacks and not stats.piecewise
+        outcome.steady = check.steady_calls()
         settle(
             outcome,
             [f"{stats.fallback_reasons[g]}: {m}" for g, m in stats.fallbacks],

@@ -9,8 +9,9 @@ tensor relative to the reference's largest value, dtypes equal):
   splits the graph at three or four buckets; ``fsdp2_*``: ``fully_shard`` on every layer and at
   the root, each layer compiled. Each on two gloo processes over loopback, with an HF Llama
   from a small config (``_accuracy_models``' Llama at width 128 and 4 layers) and an MLP of
-  four ``Linear(512, 512)``, three AdamW steps: the losses and every parameter after
-  each step against the eager run of the same seed on the same data, on every rank.
+  four ``Linear(512, 512)``, three AdamW steps (five for FSDP2, whose steady state begins at
+  the fourth): the losses and every parameter after each step against the eager run of the
+  same seed on the same data, on every rank.
 * ``train_step``: forward, backward and ``AdamW.step()`` inside one compiled function, four
   steps; ``compiled_autograd``: the backward called inside the compiled function with
   ``torch._dynamo.config.compiled_autograd`` on.
@@ -27,7 +28,9 @@ Beside the outcome, :func:`run` records what the backend made of the graphs: for
 the FX graphs compiled, captured, run eagerly or in pieces (``npu_compile.backend
 .process_stats()``) with the reasons it logged, and its graph runners' captures and replays
 (``npu_mempool.counters``, process-wide); for both backends the frames Dynamo compiled, its
-graph breaks and, for DDP, the buckets DDPOptimizer made.
+graph breaks and, for DDP, the buckets DDPOptimizer made. Each pattern marks where its loop is
+warm (``_Comparison.steady``): the share of the graph runners' calls after that mark which
+replayed is what carries over to a device.
 """
 
 from __future__ import annotations
@@ -74,6 +77,10 @@ __all__ = ["BACKENDS", "PATTERNS", "Pattern", "PatternOutcome", "run"]
 BACKENDS = ("npu_compile", "aot_eager")
 #: Steps of the training patterns.
 DISTRIBUTED_STEPS = 3
+#: Steps before FSDP2's steady state: the first captures each layer, the next two find its
+#: parameters at new addresses (FSDP2 gathers them anew every step), after which the runners
+#: copy them in like inputs and replay (npu-mempool's MOVED_LIMIT).
+FSDP2_WARM = 3
 TRAIN_STEPS = 4
 DENOISE_STEPS = 5
 WORLD = 2
@@ -95,9 +102,6 @@ class PatternOutcome(Outcome):
             ``eager_calls`` and ``runner_fallbacks``.
         recapture_reasons: npu_compile only: the recaptures by reason (``parameter_moved``,
             ``outputs_in_use``, ...).
-        replays_per_runner: The replays of each graph runner, once the registered backend
-            exposes them (``None`` until then: a process-wide count cannot tell a graph never
-            replayed from another replayed twice).
         dynamo: Both backends: ``frames`` (graphs Dynamo compiled), ``graph_breaks`` and, for
             DDP, ``ddp_buckets`` (the buckets DDPOptimizer split the graph at).
         ranks: Distributed patterns: the ranks that ran to the end.
@@ -105,7 +109,6 @@ class PatternOutcome(Outcome):
 
     replays: dict[str, int] = dataclasses.field(default_factory=dict)
     recapture_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
-    replays_per_runner: list[int] | None = None
     dynamo: dict[str, int] = dataclasses.field(default_factory=dict)
     ranks: int | None = None
 
@@ -250,7 +253,12 @@ def _ddp(model: nn.Module) -> nn.Module:
 
 
 def _distributed(
-    wrap: Callable[[nn.Module, _Workload], nn.Module], work: _Workload, *, per_layer: bool = False
+    wrap: Callable[[nn.Module, _Workload], nn.Module],
+    work: _Workload,
+    *,
+    per_layer: bool = False,
+    warm: int = 1,
+    steps_run: int | None = None,
 ) -> Callable[[Compile, _Comparison], None]:
     """Training steps of ``work`` wrapped by ``wrap``, compiled whole or, ``per_layer``, each layer.
 
@@ -274,7 +282,7 @@ def _distributed(
                     layer.forward = compile(layer.forward)
             elif compiled:
                 runner = compile(wrapped)
-            for step in range(DISTRIBUTED_STEPS):
+            for step in range(steps_run or DISTRIBUTED_STEPS):
                 loss = work.loss(runner, work.batch(step, rank))
                 loss.backward()
                 optimizer.step()
@@ -286,6 +294,8 @@ def _distributed(
             reference_loss, reference_parameters = expected[step]
             check(f"rank {rank} step {step} loss", reference_loss, loss)
             check(f"rank {rank} step {step} parameters", reference_parameters, parameters)
+            if step == warm - 1:  # the next step is the steady state's first
+                check.steady()
 
     return body
 
@@ -318,6 +328,8 @@ def _train_step(compile: Compile, check: _Comparison) -> None:
     model, step = make()
     compiled = compile(step)
     for index in range(TRAIN_STEPS):
+        if index == 1:
+            check.steady()
         x = _mlp_batch(index)["x"]
         check(f"step {index} loss", reference_step(x), compiled(x))
         check(
@@ -341,6 +353,8 @@ def _compiled_autograd(compile: Compile, check: _Comparison) -> None:
     with torch._dynamo.config.patch(compiled_autograd=True):
         compiled = compile(step)
         for index in range(TRAIN_STEPS):
+            if index == 1:
+                check.steady()
             x = _mlp_batch(index)["x"]
             expected = reference(x).pow(2).mean()
             expected.backward()
@@ -354,6 +368,9 @@ def _compiled_autograd(compile: Compile, check: _Comparison) -> None:
             for optimizer in optimizers:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+            # A training loop holds no gradient into the next step; one still held is an output
+            # of the backward's graph in use, which the next backward may not overwrite.
+            del grads, expected
 
 
 class _LayoutComparison(_Comparison):
@@ -396,6 +413,7 @@ def _channels_last(mode: str) -> Callable[[Compile, _Comparison], None]:
                 _inference(case, compile(model), model, layout)
         finally:
             check.worst, check.where, check.compared = layout.worst, layout.where, layout.compared
+            check.adopt_steady(layout)
 
     return body
 
@@ -422,6 +440,8 @@ def _autocast_region(compile: Compile, check: _Comparison) -> None:
     compiled = compile(model)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         for seed in range(3):
+            if seed == 1:
+                check.steady()
             x = torch.randn(4, 64, generator=torch.Generator().manual_seed(seed))
             check(f"call {seed}", model(x), compiled(x))
 
@@ -473,6 +493,7 @@ def _lora(compile: Compile, check: _Comparison) -> None:
     with model.disable_adapter():
         both("adapters disabled")
     model.set_adapter("first")
+    check.steady()  # every state was seen: from here on, calls replay
     both("adapter first again")
 
 
@@ -508,8 +529,12 @@ def _unet_loop(compile: Compile, check: _Comparison) -> None:
         yield "final sample", sample
 
     expected = [(name, tensor.clone()) for name, tensor in denoise(unet)]
-    for (name, reference), (_, got) in zip(expected, denoise(compile(unet)), strict=True):
+    for index, ((name, reference), (_, got)) in enumerate(
+        zip(expected, denoise(compile(unet)), strict=True)
+    ):
         check(name, reference, got)
+        if index == 0:  # the first step captured the UNet's graphs; the next ones replay
+            check.steady()
 
 
 PATTERNS: dict[str, Pattern] = {
@@ -533,17 +558,17 @@ PATTERNS: dict[str, Pattern] = {
         Pattern(
             "fsdp2_llama",
             "FSDP2 fully_shard per decoder layer and root, each layer compiled, HF Llama, 2 gloo "
-            "ranks, 3 AdamW steps",
+            "ranks, 5 AdamW steps",
             "training",
-            _distributed(_fsdp2, _LLAMA_WORK, per_layer=True),
+            _distributed(_fsdp2, _LLAMA_WORK, per_layer=True, warm=FSDP2_WARM, steps_run=5),
             world=WORLD,
         ),
         Pattern(
             "fsdp2_mlp",
             "FSDP2 fully_shard per Linear and root, each Linear compiled, MLP, 2 gloo ranks, "
-            "3 AdamW steps",
+            "5 AdamW steps",
             "training",
-            _distributed(_fsdp2, _MLP, per_layer=True),
+            _distributed(_fsdp2, _MLP, per_layer=True, warm=FSDP2_WARM, steps_run=5),
             world=WORLD,
         ),
         Pattern(
@@ -697,6 +722,7 @@ def _measure(pattern: Pattern, backend: str) -> PatternOutcome:
             if count > reasons_before.get(reason, 0)
         }
         outcome.whole = bool(moved["captured"]) and not moved["fallbacks"] and not moved["pieces"]
+        outcome.steady = check.steady_calls()
         pieces = [f"{moved['pieces']} graphs captured in pieces"] if moved["pieces"] else []
         settle(outcome, logged.fallbacks, pieces)
     torch._dynamo.reset()

@@ -194,8 +194,22 @@ def _graphs(row: dict[str, Any]) -> str:
         if graphs.get("fallbacks") or graphs.get("eager"):
             words.append(f"{graphs.get('fallbacks', 0) + graphs.get('eager', 0)} eager")
         whole = row[f"{mode}/npu_compile"].get("whole")
+        steady = row[f"{mode}/npu_compile"].get("steady")
+        if steady and steady["calls"]:
+            words.append(f"steady calls replayed {steady['replays']}/{steady['calls']}")
         parts.append(f"{mode}: {', '.join(words)}" + (" (whole)" if whole else ""))
     return "; ".join(parts) or "-"
+
+
+def _steady_share(rows: list[dict[str, Any]], mode: str) -> tuple[int, int]:
+    """Replays and calls of the graph runners in the steady state, over every model."""
+    replays = calls = 0
+    for r in rows:
+        steady = (r.get(f"{mode}/npu_compile") or {}).get("steady")
+        if steady:
+            replays += steady["replays"]
+            calls += steady["calls"]
+    return replays, calls
 
 
 #: How the table names each mode.
@@ -310,6 +324,20 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
             )
             cells.insert(2, f"{whole} ({100 * whole / len(members):.0f}%)")
         lines.append(f"| {suite} | {len(members)} | " + " | ".join(cells) + " |")
+    shares = [(mode, *_steady_share(rows, mode)) for mode in modes]
+    measured = [(mode, replays, calls) for mode, replays, calls in shares if calls]
+    if measured:
+        lines += [
+            "",
+            "Steady-state calls that replayed (the graph runners' calls once each loop was warm: "
+            "after the first call or step, before a new length; a graph captured and never "
+            "replayed saves nothing on a device): "
+            + "; ".join(
+                f"{LABELS[mode]} {replays}/{calls} ({100 * replays / calls:.0f}%)"
+                for mode, replays, calls in measured
+            )
+            + ".",
+        ]
     lines += ["", "## Goals", ""]
     for goal, met in _goals(rows, modes):
         lines.append(f"- {'met' if met else '**not met**'}: {goal}")

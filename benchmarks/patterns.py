@@ -163,11 +163,26 @@ def _replays(outcome: dict[str, Any]) -> str:
     return ", ".join(words)
 
 
-def _per_runner(outcome: dict[str, Any]) -> str:
-    per_runner = outcome.get("replays_per_runner")
-    if per_runner is None:
-        return "not exposed" if outcome.get("replays") else "-"
-    return ", ".join(map(str, per_runner)) or "none"
+def _steady(outcome: dict[str, Any]) -> str:
+    steady = outcome.get("steady")
+    if not steady or not steady["calls"]:
+        return "-"
+    share = 100 * steady["replays"] / steady["calls"]
+    return f"{steady['replays']}/{steady['calls']} ({share:.0f}%)"
+
+
+def _share(counts: tuple[int, int]) -> float:
+    return counts[0] / counts[1] if counts[1] else 0.0
+
+
+def _steady_total(rows: list[dict[str, Any]]) -> tuple[int, int]:
+    replays = calls = 0
+    for r in rows:
+        steady = r["npu_compile"].get("steady")
+        if steady and r["npu_compile"]["result"] in ("pass", "pieces"):
+            replays += steady["replays"]
+            calls += steady["calls"]
+    return replays, calls
 
 
 def _dynamo(row: dict[str, Any]) -> str:
@@ -229,8 +244,10 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
         "first line; for a distributed pattern, the rank's); *skipped* (a library not "
         "installed). *FX graphs, ours*: graphs npu_compile was handed and captured "
         "(`npu_compile.backend.process_stats()`); *replays, ours*: what its graph runners did "
-        "(`npu_mempool.counters`, for the whole process); *replays per runner* stays *not "
-        "exposed* until the registered backend reports each runner's replays; *Dynamo*: "
+        "(`npu_mempool.counters`, for the whole process); *steady calls replayed*: of the graph "
+        "runners' calls once the loop was warm (after its first step or call; after the third "
+        "for FSDP2, whose runners need two more to find its parameters moving), how many "
+        "replayed: a graph captured and never replayed saves nothing on a device; *Dynamo*: "
         "frames compiled, graph breaks and DDPOptimizer's buckets, per backend.",
         "",
         "## Summary",
@@ -256,10 +273,17 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
             else "."
         ),
         "",
+        "Steady-state calls that replayed, over the patterns ours passes: "
+        + (
+            "{}/{} ({:.0f}%).".format(*_steady_total(rows), 100 * _share(_steady_total(rows)))
+            if _steady_total(rows)[1]
+            else "none measured."
+        ),
+        "",
         "## Patterns",
         "",
         "| pattern | what | ours | aot_eager | FX graphs, ours | replays, ours "
-        "| replays per runner | Dynamo |",
+        "| steady calls replayed | Dynamo |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -272,7 +296,7 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
             _cell(theirs),
             _graphs(ours),
             _replays(ours),
-            _per_runner(ours),
+            _steady(ours),
             _dynamo(r),
         ]
         lines.append("| " + " | ".join(cells) + " |")

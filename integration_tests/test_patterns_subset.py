@@ -37,6 +37,10 @@ def test_the_pattern_equals_eager_captured_whole_and_replayed(name: str) -> None
     assert outcome.worst is not None  # something was compared
     assert outcome.whole, outcome.graphs
     assert outcome.replays["replays"] > 0, outcome.replays
+    # Once the loop is warm, every call replays: none captures again, none runs eagerly.
+    assert outcome.steady is not None
+    assert outcome.steady["calls"] > 0
+    assert outcome.steady["replays"] == outcome.steady["calls"], outcome.steady
     if PATTERNS[name].world > 1:
         assert outcome.ranks == PATTERNS[name].world
         assert outcome.dynamo.get("ddp_buckets", 0) >= 2, outcome.dynamo
