@@ -38,10 +38,11 @@ Each row's µs per call is the median over ``--rounds`` rounds of ``--calls`` ca
 alternating within a round (their order reversed every other round), with the interquartile
 spread. "Python calls" counts the Python frames a call opens (``sys.setprofile`` ``call``
 events over a number of calls, divided by it; C calls not counted); "per replay", for the rows
-with graph runners, counts those from a runner's ``__call__`` down, per replay. The script refuses to report
-a graph row whose calls were not all replays of the graph it captured before the rounds (its
-runners' counters: replays rising by one per call, no capture, no eager call, no fallback, null
-graphs where the row says so) or a compiled row that compiled again during them.
+with graph runners, counts those from a runner's ``__call__`` down, per replay. The script
+refuses to report a graph row whose calls were not all replays of the graph it captured before
+the rounds (its runners' counters: replays rising by one per call, no capture, no eager call,
+no fallback, null graphs where the row says so) or a compiled row that compiled again during
+them.
 
 Goals, judged in the same run (a missed goal is reported, not an error): npu_compile at most
 dynamo_trivial + 5 µs per call, and at most dynamo_floor + 5 µs (like for like: dynamo_trivial
