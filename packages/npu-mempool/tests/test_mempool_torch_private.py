@@ -114,6 +114,11 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "_capture gives an input whose elements share memory (an expanded tensor) a buffer",
     ),
     PrivateApi(
+        "torch._C.TensorBase.data_ptr",
+        "dispatch",
+        "_runner reads the watched inputs' addresses with the C method itself on every call",
+    ),
+    PrivateApi(
         "torch._C._is_any_autocast_enabled",
         "autocast",
         "_keys tells autocast's state apart in a graph key, _capture turns autocast's weight "

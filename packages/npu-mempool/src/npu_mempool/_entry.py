@@ -248,7 +248,19 @@ class Entry:
         if self._user:
             self._copy(self._dst, [*map(args.__getitem__, self._user)])
         self._replay_graph(args)
-        return self.hand_out()
+        # hand_out(), inline for the common case (a frame less on every replay).
+        in_pool = self._in_pool
+        if not in_pool or self._clone_output:
+            return self.hand_out()
+        leaves = list(self._leaves)
+        token = step_token(self._per_call)
+        handed = []
+        for i in in_pool:
+            leaves[i] = out = leaves[i].detach()
+            handed.append((weakref.ref(out), token))
+        self._handed = handed
+        self._lend()
+        return self._build(leaves)
 
     def _replay_profiled(self, args: tuple[Any, ...]) -> Any:
         # The same steps inside profiler ranges; kept off the common path (two context managers

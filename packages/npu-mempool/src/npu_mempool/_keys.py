@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -47,6 +48,14 @@ class Layout:
         self.scalars = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
         # Addresses checked on every call: mutated inputs always, parameters unless frozen.
         self.watched = sorted(self.mutated + ([] if frozen else self.params))
+        # The watched arguments as a tuple, in one C call (an itemgetter of one index would
+        # return the item itself: a slice of one keeps it a tuple).
+        only = self.watched[0] if len(self.watched) == 1 else 0
+        self.pick_watched: Callable[[tuple[Any, ...]], tuple[Any, ...]] = (
+            operator.itemgetter(*self.watched)
+            if len(self.watched) > 1
+            else operator.itemgetter(slice(only, only + 1))
+        )
         self.key = self._key_function()
 
     def _key_function(self) -> Callable[[tuple[Any, ...]], Hashable]:

@@ -10,7 +10,6 @@ output hand-out done by ``_entry``, captures reported by ``_trace``.
 from __future__ import annotations
 
 import functools
-import operator
 import threading
 import time
 import warnings
@@ -36,8 +35,9 @@ from npu_mempool.errors import CaptureError, ConfigError, InputLayoutError
 __all__ = ["GraphRunner"]
 
 _LAYOUT_ERRORS = (AttributeError, IndexError, TypeError)
-#: ``tensor.data_ptr()`` as a C callable, mapped over the watched arguments of every call.
-_data_ptr = operator.methodcaller("data_ptr")
+#: ``tensor.data_ptr()`` as the C method itself, mapped over the watched arguments of every call
+#: (about three times as fast as a ``methodcaller``: a decode step watches dozens of parameters).
+_data_ptr = torch._C.TensorBase.data_ptr
 
 
 class GraphRunner:
@@ -150,6 +150,9 @@ class GraphRunner:
         # The same list for the runner's life: the dispatch loop reads it directly.
         self._paths: list[CallPath] = self._call_paths.paths
         self._policy = CapturePolicy(options)
+        # Read on every call: bound once (the policy's set of failed keys changes in place).
+        self._failed = self._policy.failed
+        self._force_recapture = options.force_recapture
         self._specialized: dict[Hashable, Callable[..., Any]] = {}
         self._layout: Layout | None = None
         self._eager = False
@@ -205,14 +208,13 @@ class GraphRunner:
             try:
                 key = layout.key(args)
                 # Also proves the key hashable (else a layout error).
-                failed = key in self._policy.failed
-                watched = layout.watched
-                ptrs = tuple(map(_data_ptr, map(args.__getitem__, watched))) if watched else ()
+                failed = key in self._failed
+                ptrs = tuple(map(_data_ptr, layout.pick_watched(args))) if layout.watched else ()
             except _LAYOUT_ERRORS as exc:
                 raise self._layout_error(args) from exc
             if failed:
                 return self._eager_call(args)
-            if self._options.force_recapture:
+            if self._force_recapture:
                 return self._recapture(key, args)
             missing = None
             for path in self._paths:
