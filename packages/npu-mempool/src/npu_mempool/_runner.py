@@ -194,9 +194,9 @@ class GraphRunner:
         # Every replay of a captured graph runs through here, under the runner's lock (a call
         # picks its graph, copies its inputs in, replays and hands its outputs out as one step).
         # The watched addresses are read and the liveness checked by C functions, so a replay
-        # opens seven Python frames: this one, the key's (one generated expression), the entry's
-        # claim, replay and hand_out, the step token of the hand-out and the graph's own replay
-        # (tests/test_mempool_replay_calls.py counts them). Everything else is the cold path.
+        # opens six Python frames: this one, the key's (one generated expression), the entry's
+        # claim and replay (which hands the outputs out inline), the step token of the hand-out
+        # and the graph's own replay (tests/test_mempool_replay_calls.py counts them). Everything else is the cold path.
         with self._lock:
             if self._eager:
                 return self._eager_call(args)
