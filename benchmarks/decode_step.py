@@ -11,7 +11,8 @@ tiny MLP compiled with our backend against a trivial backend that returns ``gm.f
 
 Prints tables and writes ``benchmarks/results/decode_step_<device>.json``. It runs
 ``npu-compile bench`` with this folder's defaults: the benchmarks ship in the package
-(``npu_compile._bench``), so users of an installed wheel run the same code and get the same JSON.
+(``npu_compile._tools.bench``), so users of an installed wheel run the same code and get the
+same JSON.
 
 An npu_compile time is a graph replay's only if the backend captured the graphs and replayed
 them. This script watches every graph runner and every fallback of the backends the bench makes;
@@ -38,7 +39,7 @@ from _common import RESULTS_DIR, write_json
 from npu_compile.cli import main as npu_compile_main
 
 #: The row each backend the bench makes is timed in, in the order it makes them: the decode
-#: step's, then the tiny MLP's (``npu_compile._bench.run_all``).
+#: step's, then the tiny MLP's (``npu_compile._tools.bench.run_all``).
 TIMED_ROWS = (
     ("decode step", "npu_compile reduce-overhead"),
     ("tiny MLP", "npu_compile reduce-overhead"),
@@ -93,7 +94,7 @@ def watching() -> Iterator[list[Watched]]:
     instead, and what they record is counted for the backend made last: the bench compiles with
     one backend at a time.
     """
-    from npu_compile._stats import BackendStats as stats_class
+    from npu_compile.backend import BackendStats as stats_class
 
     made: list[Watched] = []
     real = npu_compile.backend.get_npu_backend

@@ -322,7 +322,7 @@ def check_held_outputs_and_steps(ctx: Context) -> dict[str, Any]:
 def check_decode_loop(ctx: Context) -> dict[str, Any]:
     import npu_mempool
     from npu_compile import get_npu_backend
-    from npu_compile._demo_model import DemoConfig, TinyDecoder, greedy_generate
+    from npu_compile.tools import DemoConfig, TinyDecoder, greedy_generate
 
     device = ctx.device
     model = TinyDecoder(DemoConfig(layers=2, dim=64)).to(device).eval()

@@ -86,7 +86,7 @@ import torch  # noqa: E402
 from _common import write_json  # noqa: E402
 from _host_path_null import NullBackend, null_graphs  # noqa: E402
 from _host_path_workloads import WORKLOADS, Workload, statics_and_caches  # noqa: E402
-from npu_compile._timing import alternate  # noqa: E402
+from npu_compile.tools import alternate  # noqa: E402
 from npu_mempool import GraphRunner, InputKind  # noqa: E402
 
 #: The goals, in µs per call over the row they are measured against, and Python calls per replay.

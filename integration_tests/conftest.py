@@ -9,7 +9,7 @@ import torch
 @pytest.fixture
 def device() -> torch.device:
     """The device the seed examples run on: the best available (``npu`` in the originals)."""
-    from npu_compile._device import best_device
+    from npu_compile.tools import best_device
 
     return best_device()
 

@@ -1,6 +1,6 @@
 """``examples/demo_decoder.py`` is the model ``npu-compile demo`` runs, written out for users.
 
-The command line keeps its own copy in the package (``npu_compile._demo_model``: it must work
+The command line keeps its own copy in the package (``npu_compile._tools.demo_model``: it must work
 from an installed wheel, which has no ``examples/``); this test fails when the two drift apart.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
-from npu_compile._demo_model import DemoConfig, TinyDecoder, greedy_generate
+from npu_compile.tools import DemoConfig, TinyDecoder, greedy_generate
 
 ROOT = Path(__file__).resolve().parent.parent
 

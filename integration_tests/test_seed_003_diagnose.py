@@ -5,7 +5,7 @@ from __future__ import annotations
 import npu_compile
 import npu_mempool
 import torch
-from npu_compile._demo_model import DemoConfig, TinyDecoder
+from npu_compile.tools import DemoConfig, TinyDecoder
 
 
 def test_seed_003_diagnose_a_decode_step(device: torch.device) -> None:

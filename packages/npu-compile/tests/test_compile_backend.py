@@ -305,8 +305,8 @@ def test_public_facade_names() -> None:
 def test_demo_decoder_on_the_accelerator_matches_eager(
     warmup_calls: Callable[[torch.device], int],
 ) -> None:
-    from npu_compile._demo_model import DemoConfig, TinyDecoder, greedy_generate
-    from npu_compile._device import best_device
+    from npu_compile._tools.demo_model import DemoConfig, TinyDecoder, greedy_generate
+    from npu_compile._tools.device import best_device
 
     device = best_device()
     warmup = warmup_calls(device)  # eager calls per new graph before its capture (CUDA: 1)

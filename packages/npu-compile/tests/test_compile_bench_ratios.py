@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from npu_compile import _bench
-from npu_compile._bench import BenchRow
+from npu_compile._tools import bench as _bench
+from npu_compile._tools.bench import BenchRow
 
 RATIOS = ("npu_compile / eager", "npu_compile / cudagraphs", "npu_compile / reduce-overhead")
 
@@ -53,7 +53,7 @@ def test_a_variant_without_a_time_gives_no_ratio_and_says_why(missing: str) -> N
 
 
 def test_the_decode_bench_on_cpu_reports_the_ratios_it_can() -> None:
-    from npu_compile._demo_model import DemoConfig
+    from npu_compile._tools.demo_model import DemoConfig
 
     report = _bench.decode_step_bench(
         torch.device("cpu"), steps=1, config=DemoConfig(layers=1, dim=32)

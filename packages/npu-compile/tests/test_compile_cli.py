@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from npu_compile import _bench
+from npu_compile._tools import bench as _bench
 from npu_compile.cli import main
 
 SMALL = ["--layers", "1", "--dim", "32"]
@@ -40,8 +40,8 @@ def test_demo_generates_identical_tokens(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_demo_counts_the_launches_one_replay_replaces() -> None:
-    from npu_compile._demo import _launches_per_step, run_demo
-    from npu_compile._demo_model import DemoConfig, TinyDecoder
+    from npu_compile._tools.demo import _launches_per_step, run_demo
+    from npu_compile._tools.demo_model import DemoConfig, TinyDecoder
 
     def launches(layers: int) -> int:
         model = TinyDecoder(DemoConfig(layers=layers, dim=32)).eval()
@@ -65,7 +65,7 @@ def test_demo_counts_the_launches_one_replay_replaces() -> None:
 def test_demo_fails_when_tokens_differ(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from npu_compile import _demo
+    from npu_compile._tools import demo as _demo
 
     real = _demo.greedy_generate
     calls = {"n": 0}
@@ -175,7 +175,7 @@ def test_demo_fails_when_nothing_was_captured(
 
 
 def test_decode_bench_flags_a_variant_that_fell_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from npu_compile._demo_model import DemoConfig
+    from npu_compile._tools.demo_model import DemoConfig
 
     _nothing_captured(monkeypatch)
     report = _bench.decode_step_bench(
@@ -188,7 +188,7 @@ def test_decode_bench_flags_a_variant_that_fell_back(monkeypatch: pytest.MonkeyP
 
 
 def test_decode_bench_checks_every_variant_against_eager() -> None:
-    from npu_compile._demo_model import DemoConfig
+    from npu_compile._tools.demo_model import DemoConfig
 
     report = _bench.decode_step_bench(
         torch.device("cpu"), steps=1, config=DemoConfig(layers=1, dim=32)
@@ -257,7 +257,7 @@ def test_diagnose_with_a_bad_model_name_is_one_line(capsys: pytest.CaptureFixtur
 
 @pytest.mark.parametrize(("device", "noted"), [("cpu", True), ("cuda:0", False), ("npu:1", False)])
 def test_demo_table_says_cpu_shows_no_speedup(device: str, noted: bool) -> None:
-    from npu_compile._demo import DemoResult
+    from npu_compile._tools.demo import DemoResult
 
     result = DemoResult(
         device=device,

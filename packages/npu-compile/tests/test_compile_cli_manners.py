@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from npu_compile import _bench
 from npu_compile._cli import commands as cli
+from npu_compile._tools import bench as _bench
 from npu_compile.cli import main
 
 SMALL = ["--layers", "1", "--dim", "32"]

@@ -19,7 +19,7 @@ import pytest
 _CHILD = textwrap.dedent(
     """
     import json, sys
-    from npu_compile import _bench
+    from npu_compile._tools import bench as _bench
     from npu_compile.cli import main
 
     # The MLP overhead benchmark takes seconds at its defaults; two rounds show it runs.
@@ -103,7 +103,7 @@ def test_importing_the_package_leaves_the_command_line_unloaded(statement: str) 
     code = (
         f"{statement}\nimport sys\n"
         "print(sorted(m for m in sys.modules if m.startswith(('npu_compile._cli', "
-        "'npu_compile.cli', 'npu_compile._bench', 'npu_compile._demo'))))"
+        "'npu_compile.cli', 'npu_compile._tools.bench', 'npu_compile._tools.demo'))))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True

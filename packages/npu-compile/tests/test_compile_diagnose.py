@@ -6,7 +6,7 @@ import npu_mempool
 import pytest
 import torch
 from npu_compile import DiagnoseReport, PhaseTiming, diagnose
-from npu_compile._timing import _verdict, alternate, summarize
+from npu_compile._tools.timing import _verdict, alternate, summarize
 from npu_compile.diagnosis import DEVICE_BOUND, HOST_BOUND, TOO_NOISY
 
 
@@ -182,7 +182,7 @@ def test_verdict_rule_and_accelerator_summary() -> None:
 
 @pytest.mark.device
 def test_accelerator_timings_are_separated() -> None:
-    from npu_compile._device import best_device
+    from npu_compile._tools.device import best_device
 
     device = best_device()
     x = torch.randn(256, 256, device=device)

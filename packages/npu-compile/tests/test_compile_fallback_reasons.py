@@ -295,9 +295,9 @@ def test_reset_forgets_the_reasons(
 
 def test_the_bench_note_names_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     from npu_compile import _planner
-    from npu_compile._bench import decode_step_bench
-    from npu_compile._demo_model import DemoConfig
     from npu_compile._plan import Split
+    from npu_compile._tools.bench import decode_step_bench
+    from npu_compile._tools.demo_model import DemoConfig
 
     said = Split("x", "aten::x", FallbackReason.MIXED_DEVICES, "test says no")
     monkeypatch.setattr(_planner, "split_points", lambda gm, device, ops: [said])

@@ -124,7 +124,7 @@ def test_prepare_for_capture_puts_the_markers_on_the_graph_s_device(
 
 @pytest.mark.device
 def test_record_and_wait_under_the_backend_on_the_accelerator(fresh_tagged_events: None) -> None:
-    from npu_compile._device import best_device
+    from npu_compile._tools.device import best_device
 
     device = best_device()
     backend = npu_compile.get_npu_backend()

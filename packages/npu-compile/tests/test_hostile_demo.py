@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from npu_compile._demo import DEMO_MAX_BYTES, check_demo_size, demo_model_bytes, run_demo
-from npu_compile._demo_model import DemoConfig, TinyDecoder
+from npu_compile._tools.demo import DEMO_MAX_BYTES, check_demo_size, demo_model_bytes, run_demo
+from npu_compile._tools.demo_model import DemoConfig, TinyDecoder
 from npu_compile.cli import main
 
 

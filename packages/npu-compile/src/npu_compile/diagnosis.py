@@ -46,7 +46,7 @@ from typing import Any, TextIO
 import torch
 
 from npu_compile._accel import first_tensor_device
-from npu_compile._timing import (
+from npu_compile._tools.timing import (
     DEFAULT_MAX_SECONDS,
     DEFAULT_TOLERANCE,
     DEVICE_BOUND,

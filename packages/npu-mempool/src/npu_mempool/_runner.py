@@ -196,7 +196,8 @@ class GraphRunner:
         # The watched addresses are read and the liveness checked by C functions, so a replay
         # opens six Python frames: this one, the key's (one generated expression), the entry's
         # claim and replay (which hands the outputs out inline), the step token of the hand-out
-        # and the graph's own replay (tests/test_mempool_replay_calls.py counts them). Everything else is the cold path.
+        # and the graph's own replay (tests/test_mempool_replay_calls.py counts them). Everything
+        # else is the cold path.
         with self._lock:
             if self._eager:
                 return self._eager_call(args)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from npu_compile._cli.common import HelpFormatter, quiet_exit
-from npu_compile._timing import DEFAULT_MAX_SECONDS, DEFAULT_TOLERANCE
+from npu_compile._tools.timing import DEFAULT_MAX_SECONDS, DEFAULT_TOLERANCE
 from npu_compile._version import __version__
 from npu_compile.errors import OutputError
 
@@ -63,7 +63,7 @@ def _cxx_problem() -> str | None:
 def _doctor(args: argparse.Namespace) -> int:
     import torch
 
-    from npu_compile import _device
+    from npu_compile._tools import device as _device
 
     device = _device.best_device(args.device)
     versions = _device.versions()
@@ -122,9 +122,9 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from npu_compile import _device
-    from npu_compile._demo import run_demo
-    from npu_compile._demo_model import PROMPT_LENGTH, DemoConfig
+    from npu_compile._tools import device as _device
+    from npu_compile._tools.demo import run_demo
+    from npu_compile._tools.demo_model import PROMPT_LENGTH, DemoConfig
 
     # The KV cache grows to fit long generations (validated against _MAX_TOKENS in main).
     max_seq = max(DemoConfig.max_seq, PROMPT_LENGTH + args.tokens)
@@ -155,8 +155,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from npu_compile import _device
-    from npu_compile._bench import run_all
+    from npu_compile._tools import device as _device
+    from npu_compile._tools.bench import run_all
 
     out = None if args.no_json else Path(args.out)
     progress = None if args.quiet else sys.stderr
@@ -206,8 +206,8 @@ def load_step(spec: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
 def _diagnose(args: argparse.Namespace) -> int:
     import json
 
-    from npu_compile import _device
-    from npu_compile._demo_model import DemoConfig, TinyDecoder
+    from npu_compile._tools import device as _device
+    from npu_compile._tools.demo_model import DemoConfig, TinyDecoder
     from npu_compile.diagnosis import diagnose
 
     # With --json, stdout carries the JSON document only; everything else goes to stderr.
@@ -344,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "tokens", 0) > _MAX_TOKENS:
         parser.error(f"--tokens must be <= {_MAX_TOKENS}, got {args.tokens}")
     if getattr(args, "dim", None) is not None:
-        from npu_compile._demo_model import PROMPT_LENGTH, DemoConfig
+        from npu_compile._tools.demo_model import PROMPT_LENGTH, DemoConfig
 
         tokens = getattr(args, "tokens", 0)
         max_seq = max(DemoConfig.max_seq, PROMPT_LENGTH + tokens)  # as demo sizes the cache
@@ -352,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = DemoConfig(layers=args.layers, dim=args.dim, max_seq=max_seq)
         except ValueError as error:
             parser.error(f"--dim/--layers: {error}")
-        from npu_compile._demo import check_demo_size
+        from npu_compile._tools.demo import check_demo_size
 
         try:
             # Before any allocation: a huge --dim or --layers would fail deep inside torch.
@@ -379,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             requested = torch.device(args.device)
         except RuntimeError:
             parser.error(f"--device {args.device!r} is not a device name; try cpu, cuda or npu")
-        from npu_compile import _device
+        from npu_compile._tools import device as _device
 
         available = _device.best_device()
         if requested.type not in {"cpu", available.type}:

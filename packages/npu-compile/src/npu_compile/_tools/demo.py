@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 import torch
 from npu_static_kernel import OpStatisticsRecorder
 
-from npu_compile import _device
-from npu_compile._demo_model import PROMPT_LENGTH, DemoConfig, TinyDecoder, greedy_generate
-from npu_compile._timing import compare_steps, summarize
+from npu_compile._tools import device as _device
+from npu_compile._tools.demo_model import PROMPT_LENGTH, DemoConfig, TinyDecoder, greedy_generate
+from npu_compile._tools.timing import compare_steps, summarize
 from npu_compile.errors import DemoMismatchError
 
 if TYPE_CHECKING:

@@ -29,9 +29,9 @@ from typing import Any, TextIO
 
 import torch
 
-from npu_compile import _device
-from npu_compile._demo_model import DemoConfig, TinyDecoder
-from npu_compile._timing import Summary, alternate, summarize
+from npu_compile._tools import device as _device
+from npu_compile._tools.demo_model import DemoConfig, TinyDecoder
+from npu_compile._tools.timing import Summary, alternate, summarize
 from npu_compile.errors import OutputError
 
 __all__ = [

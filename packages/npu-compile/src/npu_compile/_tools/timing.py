@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from npu_compile import _device
+from npu_compile._tools import device as _device
 
 __all__ = [
     "HOST_BOUND",

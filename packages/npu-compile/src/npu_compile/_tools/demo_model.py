@@ -184,7 +184,7 @@ def greedy_generate(
     """
     import time
 
-    from npu_compile import _device
+    from npu_compile._tools import device as _device
 
     device = prompt.device
     length = prompt.shape[1]
