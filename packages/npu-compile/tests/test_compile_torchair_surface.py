@@ -115,31 +115,14 @@ def test_with_options_non_string_key() -> None:
 
 
 def _valid_value(key: str) -> object:
+    # The value TorchAir accepts, as the option's declaration names it (a stand-in made real).
     path, inverted = NPUGRAPH_EX_OPTIONS[key]
-    if inverted:
-        return False
-    default = CompilerConfig().get(path)
-    special: dict[str, object] = {
-        "use_graph_pool": (3, 0),
-        "capture_limit": 5,
-        "_vllm_aclnn_static_kernel_sym_index": 1,
-        "_vllm_aclnn_static_kernel_sym_range": [1, 2],
-        "super_kernel_optimize_options": {"a": 1},
-        "super_kernel_debug_options": {"b": 2},
-        "post_grad_custom_pre_pass": GraphSpy(),
-        "post_grad_custom_post_pass": GraphSpy(),
-        "data_dump_stage": "original",
-        "data_dump_dir": ".",
-        "capture_error_mode": "relaxed",
-        "capture_sizes": [1, 4],
-        "splitting_ops": ["aten::mm"],
-        "static_kernel_build_dir": "build",
-        "static_kernel_fallback_dir": "fallback",
-    }
-    if key in special:
-        return special[key]
-    assert isinstance(default, bool), key
-    return not default
+    value = dict(CompilerConfig._option_paths())[path].example
+    if value == "<fn>":
+        return GraphSpy()
+    if value == "<dir>":
+        return "."
+    return not value if inverted else value
 
 
 @pytest.mark.parametrize("key", sorted(NPUGRAPH_EX_OPTIONS))

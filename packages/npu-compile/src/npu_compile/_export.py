@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from npu_compile import _config_checks
+from npu_compile.configs import _config_checks
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import ConfigError
 

@@ -30,12 +30,13 @@ from typing import Any
 import npu_mempool
 import torch
 
-from npu_compile import _config_checks, _logs, _passes
+from npu_compile import _logs, _passes
 from npu_compile._lowering import lower
 from npu_compile._pipeline import compile_graph
 from npu_compile._settings import Settings
 from npu_compile._stats import BackendStats, loaded_stats
 from npu_compile._training import release_holds
+from npu_compile.configs import _config_checks
 from npu_compile.configs.compiler_config import CompilerConfig
 from npu_compile.errors import BackendError
 

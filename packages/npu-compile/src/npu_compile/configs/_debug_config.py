@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from npu_compile._options import _Group, _Node, _Option
 from npu_compile._settings import Dump
-from npu_compile._validators import (
+from npu_compile.configs._effects import ASCEND, INT64_MAX, NPU_PATTERNS
+from npu_compile.configs._options import _Group, _Node, _Option
+from npu_compile.configs._validators import (
     boolean,
     callable_or_none,
     int_range,
@@ -14,7 +15,6 @@ from npu_compile._validators import (
     optional_choice,
     real_path,
 )
-from npu_compile.configs._effects import ASCEND, INT64_MAX, NPU_PATTERNS
 
 __all__ = [
     "AclGraphDebugConfig",
@@ -70,22 +70,103 @@ class AclGraphDebugConfig(_Node):
     """
 
     disable_reinplace_inplaceable_ops_pass = _Option(
-        False, boolean, "no reinplacing of functional ops"
+        False,
+        boolean,
+        "no reinplacing of functional ops",
+        key="inplace_pass",
+        inverted=True,
+        note="a functional op on an intermediate writes in place only where no later op (nor the "
+        "graph's outputs, which a training graph's backward reads) reads that memory through any "
+        "view or alias, as the ops' schemas say, no other operand overlaps it and the result "
+        "keeps its layout; skipped for graphs with stream scopes/events",
     )
     disable_reinplace_input_mutated_ops_pass = _Option(
-        False, boolean, "no reinplacing of copies back into mutated inputs"
+        False,
+        boolean,
+        "no reinplacing of copies back into mutated inputs",
+        key="input_inplace_pass",
+        inverted=True,
+        note="op + copy back into an input becomes the in-place op; runs with stream "
+        "scopes/events too, as in TorchAir",
     )
-    disable_mempool_reuse_in_same_fx = _Option(False, boolean, "no pool reuse inside one FX graph")
-    enable_output_clone = _Option(False, boolean, "clone outputs before return")
-    static_capture_size_limit = _Option(64, int_range(1, INT64_MAX), "max graphs per FX graph")
-    clone_input = _Option(True, boolean, "copy user inputs into graph buffers")
-    remove_cat_ops = _Option(True, boolean, "rewrite cat of out= ops", effect=NPU_PATTERNS)
-    check_output_overwrite = _Option(False, boolean, "detect reads of overwritten outputs")
-    strict = _Option(False, boolean, "raise instead of falling back to eager")
-    keep_held_outputs = _Option(False, boolean, "never overwrite an output the caller holds")
-    force_recapture = _Option(False, boolean, "recapture on every call")
-    capture_error_mode = _Option("thread_local", mempool_error_mode, "capture error mode")
-    check_passes = _Option(False, boolean, "check that each graph pass keeps the graph's values")
+    disable_mempool_reuse_in_same_fx = _Option(
+        False,
+        boolean,
+        "no pool reuse inside one FX graph",
+        key="reuse_graph_pool_in_same_fx",
+        inverted=True,
+        note="mode 2 off",
+    )
+    enable_output_clone = _Option(
+        False,
+        boolean,
+        "clone outputs before return",
+        key="clone_output",
+        note="clone outputs before returning them, so they survive later replays",
+    )
+    static_capture_size_limit = _Option(
+        64,
+        int_range(1, INT64_MAX),
+        "max graphs per FX graph",
+        key="capture_limit",
+        example=8,
+        note="then eager with one warning",
+    )
+    clone_input = _Option(
+        True, boolean, "copy user inputs into graph buffers", key="clone_input", note="mode 3"
+    )
+    remove_cat_ops = _Option(
+        True, boolean, "rewrite cat of out= ops", effect=NPU_PATTERNS, key="remove_cat_ops"
+    )
+    check_output_overwrite = _Option(
+        False,
+        boolean,
+        "detect reads of overwritten outputs",
+        key="check_output_overwrite",
+        note="npu-compile extension",
+    )
+    strict = _Option(
+        False,
+        boolean,
+        "raise instead of falling back to eager",
+        key="strict",
+        note="npu-compile extension",
+    )
+    keep_held_outputs = _Option(
+        False,
+        boolean,
+        "never overwrite an output the caller holds",
+        key="keep_held_outputs",
+        note="npu-compile extension: `True` never overwrites an output the caller holds (the "
+        "policy before one step per call)",
+    )
+    force_recapture = _Option(
+        False,
+        boolean,
+        "recapture on every call",
+        key="force_recapture",
+        note="npugraph_ex option, a debugging aid: every call frees its graph and captures it "
+        'anew (recapture reason `"forced"`)',
+    )
+    capture_error_mode = _Option(
+        "thread_local",
+        mempool_error_mode,
+        "capture error mode",
+        key="capture_error_mode",
+        example="relaxed",
+        note="npugraph_ex option, passed to the device capture; the default is CUDA Graph Trees' "
+        '`"thread_local"`, not npugraph_ex\'s `"global"` (under `"global"` a serving thread that '
+        "allocates while another captures breaks that capture)",
+    )
+    check_passes = _Option(
+        False,
+        boolean,
+        "check that each graph pass keeps the graph's values",
+        key="check_passes",
+        note="npu-compile extension, a debugging aid: at each graph's first call, runs the graph "
+        "before and after each of npu-compile's passes on copies of the inputs and raises "
+        "`PassCheckError` naming the pass and the first node whose value differs",
+    )
 
 
 class _DumpBase(_Node):
@@ -120,8 +201,21 @@ class GraphDumpConfig(_DumpBase):
         path: Folder of the dumps (default: current directory).
     """
 
-    type = _Option[str | None](None, optional_choice("txt", "pbtxt", "py"), "graph dump format")
-    path = _Option[str | None](None, real_path, "graph dump folder")
+    type = _Option[str | None](
+        None,
+        optional_choice("txt", "pbtxt", "py"),
+        "graph dump format",
+        example="py",
+        note='`"py"` / `"txt"` write each AOT graph after the passes; `"pbtxt"` (GE format) '
+        "warns, no effect",
+    )
+    path = _Option[str | None](
+        None,
+        real_path,
+        "graph dump folder",
+        example="<dir>",
+        note="folder of the dumps (also `_path`)",
+    )
 
 
 class DataDumpConfig(_DumpBase):
@@ -135,9 +229,28 @@ class DataDumpConfig(_DumpBase):
         filter: ``fn(node) -> node or None``; only the FX nodes it returns are dumped.
     """
 
-    type = _Option[str | None](None, optional_choice("npy"), "eager data dump")
-    path = _Option[str | None](None, real_path, "data dump folder")
-    filter = _Option[object](None, callable_or_none, "data dump filter")
+    type = _Option[str | None](
+        None,
+        optional_choice("npy"),
+        "eager data dump",
+        example="npy",
+        note='`"npy"`: graphs run eagerly (no capture) and every operator\'s inputs and outputs '
+        "are saved per call",
+    )
+    path = _Option[str | None](
+        None,
+        real_path,
+        "data dump folder",
+        example="<dir>",
+        note="folder of the dumps (also `_path`)",
+    )
+    filter = _Option[object](
+        None,
+        callable_or_none,
+        "data dump filter",
+        example="<fn>",
+        note="`fn(node) -> node or None`: which operators are dumped",
+    )
 
 
 class FxSummaryConfig(_DumpBase):
@@ -151,9 +264,27 @@ class FxSummaryConfig(_DumpBase):
         path: Folder of the summaries (default: current directory; also ``_path``).
     """
 
-    type = _Option[str | None](None, optional_choice("csv"), "fx summary")
-    skip_compile = _Option(True, boolean, "skip compilation after the summary")
-    path = _Option[str | None](None, real_path, "fx summary folder")
+    type = _Option[str | None](
+        None,
+        optional_choice("csv"),
+        "fx summary",
+        example="csv",
+        note='`"csv"`: each AOT graph\'s operator counts and first-use input shapes, one file '
+        "per graph",
+    )
+    skip_compile = _Option(
+        True,
+        boolean,
+        "skip compilation after the summary",
+        note="with a summary, run the graph eagerly instead of capturing it",
+    )
+    path = _Option[str | None](
+        None,
+        real_path,
+        "fx summary folder",
+        example="<dir>",
+        note="folder of the summaries (also `_path`)",
+    )
 
 
 class DebugConfig(_Node):
@@ -172,6 +303,12 @@ class DebugConfig(_Node):
     graph_dump = _Group(GraphDumpConfig)
     data_dump = _Group(DataDumpConfig)
     fx_summary = _Group(FxSummaryConfig)
-    run_eagerly = _Option(False, boolean, "run the pipeline without capture")
+    run_eagerly = _Option(
+        False,
+        boolean,
+        "run the pipeline without capture",
+        key="force_eager",
+        note="whole pipeline, no capture",
+    )
     aclgraph = _Group(AclGraphDebugConfig)
-    deadlock_check = _Option(False, boolean, "deadlock check", effect=ASCEND)
+    deadlock_check = _Option(False, boolean, "deadlock check", effect=ASCEND, key="deadlock_check")

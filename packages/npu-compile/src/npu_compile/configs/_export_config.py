@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from npu_compile._options import _Group, _Node, _Option
-from npu_compile._validators import any_value, boolean, existing_dir
 from npu_compile.configs._effects import EXPORT_INTERNAL
+from npu_compile.configs._options import _Group, _Node, _Option
+from npu_compile.configs._validators import any_value, boolean, existing_dir
 
 __all__ = ["CompilerExportConfig", "CompilerExportExperimentalConfig"]
 
@@ -18,8 +18,12 @@ class CompilerExportExperimentalConfig(_Node):
         enable_lite_export: GE's reduced converter set; accepted, no effect here.
     """
 
-    enable_record_nn_module_stack = _Option(False, boolean, "record nn_module_stack per op")
-    auto_atc_config_generated = _Option(False, boolean, "write ATC config templates")
+    enable_record_nn_module_stack = _Option(
+        False, boolean, "record nn_module_stack per op", note="read by `dynamo_export`"
+    )
+    auto_atc_config_generated = _Option(
+        False, boolean, "write ATC config templates", note="read by `dynamo_export`"
+    )
     enable_lite_export = _Option(
         False,
         boolean,
@@ -38,8 +42,16 @@ class CompilerExportConfig(_Node):
     """
 
     export_mode = _Option(False, boolean, "export mode", effect=EXPORT_INTERNAL)
-    export_path_dir = _Option("./", existing_dir, "export folder", effect=EXPORT_INTERNAL)
-    export_name = _Option[object](None, any_value, "export name", effect=EXPORT_INTERNAL)
-    weight_name = _Option[object](None, any_value, "weight names", effect=EXPORT_INTERNAL)
-    inputs_name = _Option[object](None, any_value, "input names", effect=EXPORT_INTERNAL)
+    export_path_dir = _Option(
+        "./", existing_dir, "export folder", effect=EXPORT_INTERNAL, example="<dir>"
+    )
+    export_name = _Option[object](
+        None, any_value, "export name", effect=EXPORT_INTERNAL, example="exported"
+    )
+    weight_name = _Option[object](
+        None, any_value, "weight names", effect=EXPORT_INTERNAL, example={1: "w"}
+    )
+    inputs_name = _Option[object](
+        None, any_value, "input names", effect=EXPORT_INTERNAL, example={1: "x"}
+    )
     experimental = _Group(CompilerExportExperimentalConfig)

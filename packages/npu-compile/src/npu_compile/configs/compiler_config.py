@@ -10,16 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from npu_compile._options import _Group, _Node, _Option
-from npu_compile._validators import (
-    boolean,
-    callable_or_none,
-    choice,
-    dim_or_none,
-    op_names,
-    pool_handle,
-    sizes_or_none,
-)
 from npu_compile.configs._ascend_config import (
     AoeConfig,
     DumpConfig,
@@ -30,6 +20,16 @@ from npu_compile.configs._ascend_config import (
 from npu_compile.configs._debug_config import DebugConfig
 from npu_compile.configs._experimental_config import ExperimentalConfig
 from npu_compile.configs._export_config import CompilerExportConfig
+from npu_compile.configs._options import _Group, _Node, _Option
+from npu_compile.configs._validators import (
+    boolean,
+    callable_or_none,
+    choice,
+    dim_or_none,
+    op_names,
+    pool_handle,
+    sizes_or_none,
+)
 from npu_compile.errors import ConfigError, UnknownOptionError
 
 __all__ = ["CompilerConfig", "NPUGRAPH_EX_OPTIONS"]
@@ -74,11 +74,49 @@ class AclGraphConfig(_Node):
             ``dynamic=True``) is not padded.
     """
 
-    use_custom_pool = _Option[object](None, pool_handle, "shared pool (mode 1)")
-    piecewise = _Option(True, boolean, "split around operators that cannot be captured")
-    splitting_ops = _Option[tuple[str, ...]]((), op_names, "operators run eagerly between pieces")
-    capture_sizes = _Option[tuple[int, ...] | None](None, sizes_or_none, "batch sizes to capture")
-    capture_sizes_dim = _Option[int | None](None, dim_or_none, "the batch dimension to pad")
+    use_custom_pool = _Option[object](
+        None,
+        pool_handle,
+        "shared pool (mode 1)",
+        key="use_graph_pool",
+        example=(11, 0),  # the tuple torch.npu.graph_pool_handle() returns
+        note="mode 1: `npu_compile.graph_pool_handle()` or the tuple of "
+        "`torch.npu.graph_pool_handle()` / `torch.cuda.graph_pool_handle()` (same tuple, same "
+        "pool)",
+    )
+    piecewise = _Option(
+        True,
+        boolean,
+        "split around operators that cannot be captured",
+        note="npu-compile extension: split around what cannot be captured; `False`: such graphs "
+        "run eagerly whole",
+    )
+    splitting_ops = _Option[tuple[str, ...]](
+        (),
+        op_names,
+        "operators run eagerly between pieces",
+        key="splitting_ops",
+        example=["aten::relu"],
+        note="npu-compile extension: operator names run eagerly between pieces, as vLLM's "
+        "`splitting_ops`",
+    )
+    capture_sizes = _Option[tuple[int, ...] | None](
+        None,
+        sizes_or_none,
+        "batch sizes to capture",
+        key="capture_sizes",
+        example=[2, 4],
+        note="npu-compile extension: batch sizes to capture; calls are padded up to the nearest, "
+        "as vLLM's `cudagraph_capture_sizes`",
+    )
+    capture_sizes_dim = _Option[int | None](
+        None,
+        dim_or_none,
+        "the batch dimension to pad",
+        example=1,
+        note="npu-compile extension: the input dimension `capture_sizes` pads; default: the "
+        "dimension marked with `mark_dynamic`, else 0",
+    )
 
 
 class CompilerConfig(_Node):
@@ -120,10 +158,30 @@ class CompilerConfig(_Node):
     """
 
     mode = _Option(
-        "reduce-overhead", choice("reduce-overhead", "npugraph_ex", "max-autotune"), "graph mode"
+        "reduce-overhead",
+        choice("reduce-overhead", "npugraph_ex", "max-autotune"),
+        "graph mode",
+        example="npugraph_ex",
+        note='default here `"reduce-overhead"` (TorchAir: `"max-autotune"`); `"npugraph_ex"` = '
+        'reduce-overhead; `"max-autotune"` accepted here, refused by `get_npu_backend` (GE), '
+        "which says to use reduce-overhead or `dynamo_export`",
     )
-    post_grad_custom_pre_pass = _Option[object](None, callable_or_none, "pass before ours")
-    post_grad_custom_post_pass = _Option[object](None, callable_or_none, "pass after ours")
+    post_grad_custom_pre_pass = _Option[object](
+        None,
+        callable_or_none,
+        "pass before ours",
+        key="post_grad_custom_pre_pass",
+        example="<fn>",
+        note="`fn(gm, example_inputs, config)` on each AOT graph, first",
+    )
+    post_grad_custom_post_pass = _Option[object](
+        None,
+        callable_or_none,
+        "pass after ours",
+        key="post_grad_custom_post_pass",
+        example="<fn>",
+        note="same, after no-op removal; reinplacing and capture follow, as in TorchAir",
+    )
     debug = _Group(DebugConfig)
     aoe_config = _Group(AoeConfig)
     export = _Group(CompilerExportConfig)
@@ -192,65 +250,18 @@ class CompilerConfig(_Node):
         return result
 
 
-# TorchAir npugraph_ex option name -> (CompilerConfig path, boolean inverted).
-NPUGRAPH_EX_OPTIONS: dict[str, tuple[str, bool]] = {
-    "use_graph_pool": ("aclgraph_config.use_custom_pool", False),
-    "reuse_graph_pool_in_same_fx": ("debug.aclgraph.disable_mempool_reuse_in_same_fx", True),
-    "capture_limit": ("debug.aclgraph.static_capture_size_limit", False),
-    "clone_input": ("debug.aclgraph.clone_input", False),
-    "clone_output": ("debug.aclgraph.enable_output_clone", False),
-    "force_eager": ("debug.run_eagerly", False),
-    # npugraph_ex has no names for these; they are vLLM's (`splitting_ops`) and this tree's.
-    "capture_sizes": ("aclgraph_config.capture_sizes", False),
-    "splitting_ops": ("aclgraph_config.splitting_ops", False),
-    "static_kernel_compile": ("experimental_config.aclgraph._aclnn_static_shape_kernel", False),
-    "_vllm_aclnn_static_kernel_sym_index": (
-        "experimental_config.aclgraph._aclnn_static_shape_kernel_sym_index",
-        False,
-    ),
-    "_vllm_aclnn_static_kernel_sym_range": (
-        "experimental_config.aclgraph._aclnn_static_shape_kernel_sym_value_range",
-        False,
-    ),
-    "super_kernel_optimize": ("experimental_config.aclgraph._super_kernel_optimize", False),
-    "super_kernel_optimize_options": (
-        "experimental_config.aclgraph._super_kernel_optimize_options",
-        False,
-    ),
-    "super_kernel_debug_options": (
-        "experimental_config.aclgraph._super_kernel_debug_options",
-        False,
-    ),
-    "inplace_pass": ("debug.aclgraph.disable_reinplace_inplaceable_ops_pass", True),
-    "input_inplace_pass": ("debug.aclgraph.disable_reinplace_input_mutated_ops_pass", True),
-    "remove_noop_ops": ("experimental_config.remove_noop_ops", False),
-    "remove_cat_ops": ("debug.aclgraph.remove_cat_ops", False),
-    "pattern_fusion_pass": ("experimental_config.pattern_fusion_pass", False),
-    "frozen_parameter": ("experimental_config.frozen_parameter", False),
-    "post_grad_custom_pre_pass": ("post_grad_custom_pre_pass", False),
-    "post_grad_custom_post_pass": ("post_grad_custom_post_pass", False),
-    "dump_tensor_data": ("dump_config.enable_dump", False),
-    "data_dump_stage": ("dump_config.data_dump_stage", False),
-    "data_dump_dir": ("dump_config.dump_path", False),
-    # The standalone npugraph_ex backend's own keys.
-    "deadlock_check": ("debug.deadlock_check", False),
-    "force_recapture": ("debug.aclgraph.force_recapture", False),
-    "capture_error_mode": ("debug.aclgraph.capture_error_mode", False),
-    "disable_static_kernel_compile_cache": (
-        "experimental_config.aclgraph.disable_static_kernel_compile_cache",
-        False,
-    ),
-    # npu-compile's own keys.
-    "static_kernel_build_dir": (
-        "experimental_config.aclgraph._aclnn_static_shape_kernel_build_dir",
-        False,
-    ),
-    "static_kernel_fallback_dir": (
-        "experimental_config.aclgraph._aclnn_static_shape_kernel_fallback_dir",
-        False,
-    ),
-    "check_output_overwrite": ("debug.aclgraph.check_output_overwrite", False),
-    "strict": ("debug.aclgraph.strict", False),
-    "keep_held_outputs": ("debug.aclgraph.keep_held_outputs", False),
-    "check_passes": ("debug.aclgraph.check_passes", False),
-}
+def _keys() -> dict[str, tuple[str, bool]]:
+    keys: dict[str, tuple[str, bool]] = {}
+    for path, option in CompilerConfig._option_paths():
+        if option.key is None:
+            continue
+        if option.key in keys:
+            raise TypeError(f"torch.compile key {option.key!r} is declared twice: {path}")
+        keys[option.key] = (path, option.inverted)
+    return keys
+
+
+#: TorchAir's ``torch.compile(options={...})`` keys (npugraph_ex's, vLLM's ``splitting_ops`` and
+#: npu-compile's own) -> (the ``CompilerConfig`` path each sets, whether the key means the
+#: opposite of a boolean option). Built from the options' declarations (their ``key=``).
+NPUGRAPH_EX_OPTIONS: dict[str, tuple[str, bool]] = _keys()

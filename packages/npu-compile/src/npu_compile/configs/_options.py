@@ -4,6 +4,11 @@ An option group is a class whose options are :class:`_Option` descriptors and wh
 :class:`_Group` descriptors. Assignment validates (unknown name, wrong type, value out of range all
 raise at the line that is wrong, not at compile time) and groups compare and hash by value, so a
 config can key a cache.
+
+An option's declaration is its one source: its ``torch.compile`` key (``NPUGRAPH_EX_OPTIONS`` is
+built from the keys), whether it has an effect here (the no-effect warnings read it), a value
+TorchAir accepts (the compatibility tests use it) and its README notes (``_tables`` writes the
+README's option tables from the declarations).
 """
 
 from __future__ import annotations
@@ -12,29 +17,72 @@ import difflib
 from collections.abc import Iterator
 from typing import Any, ClassVar, Generic, TypeVar, overload
 
-from npu_compile._validators import Validator
-from npu_compile._views import unview, view
+from npu_compile.configs._validators import Validator
+from npu_compile.configs._views import unview, view
 from npu_compile.errors import ConfigError, UnknownOptionError
 
 T = TypeVar("T")
 G = TypeVar("G", bound="_Node")
 
 
-class _Option(Generic[T]):
-    """One leaf option: a default, a validator, a one-line help text and its effect here.
+#: What an option's ``example`` may hold instead of a value, where TorchAir's check needs a real
+#: file or a function: the compatibility tests put one in its place.
+EXAMPLE_STAND_INS = {
+    "<dir>": "an existing directory",
+    "<file>": "an existing file",
+    "<json>": "an existing .json file",
+    "<fn>": "a function",
+}
 
-    ``effect`` is ``None`` for an option npu-compile implements; otherwise it says why the option
-    has no effect here, and the backend warns once with that text when the option is set to
-    something other than its default.
+_NO_EXAMPLE: Any = object()
+
+
+class _Option(Generic[T]):
+    """One leaf option, declared once: everything the package says about it is here.
+
+    Args:
+        default: TorchAir's default (``mode`` excepted).
+        validate: Checks and normalises an assigned value (``_validators``).
+        help: A few words naming what it does.
+        effect: ``None`` for an option npu-compile implements; otherwise why it has no effect
+            here: the backend warns once with that text when it is set to something other than
+            its default, and the README says so (``_effects`` holds the reasons many share).
+        key: Its ``torch.compile(options={...})`` key, if it has one (``NPUGRAPH_EX_OPTIONS``).
+        inverted: The key means the opposite of the option (``inplace_pass=False`` sets
+            ``disable_reinplace_inplaceable_ops_pass = True``); boolean options only.
+        example: A value TorchAir accepts, other than the default where there is one, for the
+            compatibility tests; a string of ``EXAMPLE_STAND_INS`` stands for a file or a
+            function. A boolean option's example is ``not default`` unless given.
+        note: The notes cell of its README row (Markdown, one line). A no-effect option without
+            one gets the README wording of its ``effect``.
     """
 
     def __init__(
-        self, default: T, validate: Validator[T], help: str, effect: str | None = None
+        self,
+        default: T,
+        validate: Validator[T],
+        help: str,
+        effect: str | None = None,
+        *,
+        key: str | None = None,
+        inverted: bool = False,
+        example: object = _NO_EXAMPLE,
+        note: str = "",
     ) -> None:
+        if example is _NO_EXAMPLE:
+            if not isinstance(default, bool):
+                raise TypeError(f"option {help!r}: give example=, a value TorchAir accepts")
+            example = not default
+        if inverted and (key is None or not isinstance(default, bool)):
+            raise TypeError(f"option {help!r}: only a boolean option with a key is inverted")
         self.default = default
         self.validate = validate
         self.help = help
         self.effect = effect
+        self.key = key
+        self.inverted = inverted
+        self.example = example
+        self.note = note
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -108,6 +156,16 @@ class _Node:
     @classmethod
     def _leaf_names(cls) -> list[str]:
         return list(cls._declared())
+
+    @classmethod
+    def _option_paths(cls, prefix: str = "") -> Iterator[tuple[str, _Option[Any]]]:
+        """Yield ``(dotted path, option)`` for every declared leaf option, depth first."""
+        for name, attr in cls._declared().items():
+            path = f"{prefix}.{name}" if prefix else name
+            if isinstance(attr, _Group):
+                yield from attr.cls._option_paths(path)
+            else:
+                yield path, attr
 
     def _path_of(self, name: str) -> str:
         prefix: str = self.__dict__.get("_prefix_", "")
