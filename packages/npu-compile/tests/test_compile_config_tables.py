@@ -43,7 +43,7 @@ def test_check_fails_on_a_stale_table_and_write_mends_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stale = tmp_path / "README.md"
-    text = README.read_text(encoding="utf-8")
+    text = _tables.updated(README.read_text(encoding="utf-8"))
     stale.write_text(text.replace("| mode 2 off |", "| mode two off |"), encoding="utf-8")
     assert _tables.main(["--check", str(stale)]) == 1
     out = capsys.readouterr().out
