@@ -1,5 +1,6 @@
-"""``debug.data_dump``: run a graph eagerly and save every operator's inputs and outputs as .npy.
+"""TorchAir's debug outputs per FX graph: ``debug.data_dump`` and ``debug.fx_summary``.
 
+``debug.data_dump`` runs a graph eagerly and saves every operator's inputs and outputs as .npy.
 As in TorchAir, a graph with a data dump is not captured: each call runs the AOT graph node by
 node and writes, for every operator the filter keeps, ``<node>-<target>.INPUT.<i>.<time>.npy``
 and ``<node>-<target>.OUTPUT.<i>.<time>.npy`` under
@@ -9,20 +10,23 @@ FX node and keeps it when it returns something truthy (TorchAir returns the node
 
 from __future__ import annotations
 
+import csv
 import itertools
 import logging
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.fx
 
-from npu_compile._settings import DataDump
+from npu_compile._settings import DataDump, Dump
 
-__all__ = ["data_dumper"]
+__all__ = ["data_dumper", "write_fx_summary"]
 
 logger = logging.getLogger("npu_compile")
 
@@ -110,3 +114,50 @@ def data_dumper(gm: torch.fx.GraphModule, dump: DataDump, name: str) -> Callable
         root,
     )
     return _Dumper(gm, root, dump.keep)
+
+
+# -- debug.fx_summary: the operator statistics of an FX graph, as a CSV file -------------------
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.fx.Node):
+        value = value.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_describe(v) for v in value) + "]"
+    return type(value).__name__ if value is not None else "None"
+
+
+def write_fx_summary(gm: torch.fx.GraphModule, dump: Dump | None, name: str) -> Path | None:
+    """Write the summary of ``gm`` where ``dump`` (``debug.fx_summary``) says.
+
+    Returns:
+        The file written, or ``None`` when the option is off.
+    """
+    if dump is None:
+        return None
+    target = dump.path_for(name)
+    counts: Counter[str] = Counter()
+    first: dict[str, str] = {}
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method", "call_module"):
+            continue
+        op = str(node.target)
+        counts[op] += 1
+        first.setdefault(op, "; ".join(_describe(a) for a in node.args))
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["op", "count", "inputs of the first use"])
+            for op, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+                writer.writerow([op, count, first[op]])
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    logger.info("FX graph %s: operator summary written to %s", name, path)
+    return path

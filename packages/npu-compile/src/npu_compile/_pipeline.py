@@ -29,6 +29,7 @@ from npu_compile import _fallback, _passes, _torch_compat
 from npu_compile._accel import accelerator_device, first_tensor_device
 from npu_compile._build import build
 from npu_compile._capturable import external_state_reason, records_autograd, uncapturable_reason
+from npu_compile._dump import write_fx_summary
 from npu_compile._fallback import fall_back
 from npu_compile._inputs import input_kinds, runner_is_whole_call
 from npu_compile._passes import PassTrail, checked
@@ -36,7 +37,6 @@ from npu_compile._plan import GraphFacts, GraphPlan, Route
 from npu_compile._planner import plan_graph
 from npu_compile._settings import Settings
 from npu_compile._stats import BackendStats
-from npu_compile._summary import write_fx_summary
 from npu_compile._tensorify import tensorify_int_inputs
 from npu_compile._training import BackwardCompiler
 from npu_compile.errors import FallbackReason, NpuCompileError
