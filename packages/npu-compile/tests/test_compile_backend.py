@@ -482,3 +482,37 @@ def test_an_engine_s_build_directory_is_a_default_never_written_into_the_config(
     named = NpuBackend(config, static_kernel_build_dir=str(tmp_path / "engine"))
     assert named._settings.static_kernels is not None
     assert str(named._settings.static_kernels.build_dir) == str(tmp_path / "mine")
+
+
+def test_the_build_directory_is_checked_where_it_enters_and_passed_on_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import npu_static_kernel._confine
+    import npu_static_kernel._options
+
+    checked: list[str] = []
+    rule = npu_static_kernel._confine.check_path_value
+
+    def counting(value: object, what: str) -> str:
+        checked.append(str(value))
+        return rule(value, what)
+
+    monkeypatch.setattr(npu_static_kernel._confine, "check_path_value", counting)
+    monkeypatch.setattr(npu_static_kernel._options, "check_path_value", counting)
+    build = str(tmp_path / "kernels")
+    config = CompilerConfig()
+    static = config.experimental_config.aclgraph
+    static._aclnn_static_shape_kernel = True
+    static._aclnn_static_shape_kernel_build_dir = build
+    assert checked == [build]  # where it enters the config
+    backend = NpuBackend(config)
+    assert checked == [build, build]  # where it enters the backend
+    model = torch.nn.Linear(4, 4)
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(compiled(x), model(x))
+    # The compiler and its cache take the checked path: the rule runs no third time.
+    assert checked == [build, build]
+    assert (tmp_path / "kernels" / "static_kernel_cache").is_dir()

@@ -152,7 +152,7 @@ class StaticKernelCompiler:
         build_dir = options.build_dir
         self._build_dir = (Path(build_dir) if build_dir is not None else Path.cwd()).absolute()
         self.builder = builder
-        self.cache = ArtifactCache(self._build_dir)
+        self.cache = ArtifactCache._checked(self._build_dir)
         self._fallback_dir = (
             Path(options.fallback_dir).absolute() if options.fallback_dir is not None else None
         )
@@ -353,7 +353,7 @@ class StaticKernelCompiler:
             return self._write_dir
         fallback = self._fallback_dir or default_fallback_dir()
         self._write_dir = fallback
-        self._write_cache = ArtifactCache(fallback)
+        self._write_cache = ArtifactCache._checked(fallback)
         self._caches = [self.cache, self._write_cache]
         if (self.build_dir, fallback) not in _warned_read_only:
             _warned_read_only.add((self.build_dir, fallback))

@@ -39,6 +39,7 @@ __all__ = [
     "make_temp_dir",
     "move",
     "open_file",
+    "path_of",
     "read_bytes",
     "remove",
     "rename",
@@ -95,6 +96,20 @@ def check_path_value(value: object, what: str) -> str:
             f"system's limit of {PATH_MAX} bytes per path: choose a shorter path"
         )
     return text
+
+
+def path_of(value: object, what: str = "the build directory") -> Path:
+    """Return a directory named by raw input (an argument, a variable) as a checked path.
+
+    ``None`` means the current directory. Values that were checked already (the fields of an
+    options object) are passed on as they are, not through here again.
+
+    Raises:
+        ConfigError: As :func:`check_path_value`.
+    """
+    if value is None:
+        return Path(os.getcwd())
+    return Path(check_path_value(value, what))
 
 
 def write_error(

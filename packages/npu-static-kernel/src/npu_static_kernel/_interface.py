@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,10 +10,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from npu_static_kernel._confine import check_path_value
 from npu_static_kernel._record import OpRecord, OpStatistics, default_supports
 
-__all__ = ["BuildRequest", "StaticKernelBuilder", "builder_class", "path_of"]
+__all__ = ["BuildRequest", "StaticKernelBuilder", "builder_class"]
 
 # Builder classes by name, so the generic cache can call the uninstall hook of the builder that
 # made an entry (read from its meta.json) without importing any builder module itself.
@@ -126,15 +124,3 @@ class StaticKernelBuilder(abc.ABC):
 def builder_class(name: str) -> type[StaticKernelBuilder] | None:
     """Return the builder class registered under ``name`` (None when no such class exists)."""
     return _BUILDERS.get(name)
-
-
-def path_of(value: str | os.PathLike[str] | None, what: str = "the build directory") -> Path:
-    """Resolve a build directory argument (None means the current directory).
-
-    Raises:
-        ConfigError: The path is empty, not a path, or contains a NUL byte (no file system
-            accepts one).
-    """
-    if value is None:
-        return Path(os.getcwd())
-    return Path(check_path_value(value, what))

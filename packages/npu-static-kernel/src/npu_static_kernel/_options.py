@@ -6,8 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_static_kernel._confine import check_path_value
-from npu_static_kernel._interface import path_of
+from npu_static_kernel._confine import check_path_value, path_of
 from npu_static_kernel.errors import ConfigError
 
 __all__ = ["FALLBACK_DIR_ENV", "StaticKernelOptions", "default_fallback_dir"]

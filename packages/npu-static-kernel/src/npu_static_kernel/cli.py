@@ -15,7 +15,7 @@ from npu_static_kernel import _confine
 from npu_static_kernel._cache import ArtifactCache
 from npu_static_kernel._cann_names import OUTPUTS_DIRNAME
 from npu_static_kernel._cli_common import HelpFormatter, quiet_exit
-from npu_static_kernel._interface import path_of
+from npu_static_kernel._confine import path_of
 from npu_static_kernel._pack import DEFAULT_MAX_BYTES, pack_cache, unpack_cache
 from npu_static_kernel._version import __version__
 from npu_static_kernel.errors import NpuStaticKernelError

@@ -276,11 +276,19 @@ class _Node:
     def copy(self: G) -> G:
         """Return an independent copy (pool handles are shared, not copied)."""
         clone = self._blank()
-        prefix: str = self.__dict__.get("_prefix_", "")
-        for path, value in self.items():
-            relative = path[len(prefix) + 1 :] if prefix else path
-            clone.set(relative, value)
+        self._copy_into(clone)
         return clone
+
+    def _copy_into(self, clone: _Node) -> None:
+        # Every value was validated when it was assigned, and validators store immutable values
+        # (a dict as a copy of its own): the copy takes them as they are, so a path, a range or a
+        # pool is not checked again each time a backend snapshots its config.
+        for name, attr in self._declared().items():
+            value = self.__dict__[name]
+            if isinstance(attr, _Group):
+                value._copy_into(clone.__dict__[name])
+            else:
+                clone.__dict__[name] = dict(value) if type(value) is dict else value
 
     def __getstate__(self) -> dict[str, object]:
         # A graph pool is process-local device memory; pickling it fails deep inside torch with

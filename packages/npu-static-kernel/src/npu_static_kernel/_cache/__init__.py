@@ -36,6 +36,7 @@ from typing import Any
 from npu_static_kernel import _confine
 from npu_static_kernel._cache import _install, _locks, _remove, _verify
 from npu_static_kernel._cache._layout import CACHE_DIRNAME, CacheLayout, can_write
+from npu_static_kernel._confine import path_of
 from npu_static_kernel._entry import (
     META,
     CacheEntry,
@@ -45,7 +46,6 @@ from npu_static_kernel._entry import (
     now,
     safe_relative,
 )
-from npu_static_kernel._interface import path_of
 from npu_static_kernel.errors import CacheError
 
 __all__ = [
@@ -83,9 +83,20 @@ class ArtifactCache:
     """
 
     def __init__(self, build_dir: str | os.PathLike[str] | None = None) -> None:
+        # Raw input (a user, the command line): the path rule runs here, where it enters.
+        self._open(path_of(build_dir))
+
+    @classmethod
+    def _checked(cls, build_dir: Path) -> ArtifactCache:
+        """The cache of a directory that the options it came from checked already."""
+        cache = cls.__new__(cls)
+        cache._open(build_dir)
+        return cache
+
+    def _open(self, build_dir: Path) -> None:
         # The trusted root: the build directory as given. Nothing below it is followed.
-        self.build_dir = path_of(build_dir)
-        self._layout = CacheLayout(self.build_dir)
+        self.build_dir = build_dir
+        self._layout = CacheLayout(build_dir)
         self.root = self._layout.root
 
     def writable(self) -> bool:
