@@ -23,17 +23,25 @@ ROWS = {
     "dynamo_floor",
     "dynamo_trivial",
     "npu_compile",
+    "npu_compile_unguarded",
     "eager",
     "npu_compile_emulated",
     "runner_emulated",
 }
 CHECKED = ROWS - {"floor", "eager"}
-GRAPH_ROWS = {"runner", "npu_compile", "npu_compile_emulated", "runner_emulated"}
+GRAPH_ROWS = {
+    "runner",
+    "npu_compile",
+    "npu_compile_unguarded",
+    "npu_compile_emulated",
+    "runner_emulated",
+}
 GOALS = {
     "npu_compile_over_dynamo_trivial",
     "npu_compile_over_dynamo_floor",
     "runner_over_floor",
     "runner_py_calls_per_replay",
+    "unguarded_over_floor",
 }
 
 
