@@ -246,3 +246,30 @@ def test_a_saved_graph_pads_as_the_process_that_compiled_it(tmp_path: Path) -> N
         assert done.returncode == 0, done.stderr[-3000:]
         result = json.loads(done.stdout.strip().splitlines()[-1])
         assert result == {"same": True, "graphs": [2]}, phase  # 3 and 4 share the graph of 4
+
+
+def test_padding_fills_the_rows_it_adds_with_the_first_real_row() -> None:
+    from npu_compile._padding.padded import Padding
+
+    padding = Padding(
+        sizes=(4, 8),
+        largest=8,
+        tensor_dims=((0, 1), (2, 0)),
+        int_args=(1,),
+        outputs=(),
+        symbol="s0",
+    )
+    wide = torch.arange(24.0).reshape(2, 3, 4).transpose(0, 2)  # (4, 3, 2), batch in dim 1
+    ints = torch.arange(3, dtype=torch.int64)
+    picks: dict[object, torch.Tensor] = {}
+    for _ in range(2):  # the second call reuses the row indices of the first
+        grown, size, short = padding.pad([wide, 3, ints], 8, picks)
+        assert size == 8
+        assert grown.shape == (4, 8, 2) and short.shape == (8,) and short.dtype == torch.int64
+        torch.testing.assert_close(grown[:, :3], wide)
+        torch.testing.assert_close(grown[:, 3:], wide[:, :1].expand(4, 5, 2))
+        assert short.tolist() == [0, 1, 2, 0, 0, 0, 0, 0]
+    assert len(picks) == 1
+    nothing = padding.pad([torch.ones(4, 0, 2), 0, torch.ones(0)], 4)
+    assert nothing[0].shape == (4, 4, 2) and not nothing[0].any()
+    assert nothing[2].shape == (4,) and not nothing[2].any()

@@ -50,22 +50,34 @@ class Padding:
             return int(args[arg].shape[dim])
         return int(args[self.int_args[0]])
 
-    def pad(self, args: Sequence[Any], size: int) -> list[Any]:
-        """The arguments with ``size`` rows: the real ones, then copies of the first."""
+    def pad(
+        self, args: Sequence[Any], size: int, picks: dict[Any, torch.Tensor] | None = None
+    ) -> list[Any]:
+        """The arguments with ``size`` rows: the real ones, then copies of the first.
+
+        ``picks`` keeps the row indices of each ``(rows, size, device)`` between calls (the
+        caller's own dict: :meth:`wrap` keeps one per graph).
+        """
         padded = list(args)
         for arg, dim in self.tensor_dims:
             tensor = args[arg]
             rows = tensor.shape[dim]
-            shape = list(tensor.shape)
-            shape[dim] = size
-            grown = tensor.new_empty(shape)
-            grown.narrow(dim, 0, rows).copy_(tensor)
-            extra = grown.narrow(dim, rows, size - rows)
-            if rows:
-                extra.copy_(tensor.narrow(dim, 0, 1).expand_as(extra))
-            else:
-                extra.zero_()
-            padded[arg] = grown
+            if not rows:
+                shape = list(tensor.shape)
+                shape[dim] = size
+                padded[arg] = tensor.new_zeros(shape)
+                continue
+            where = (rows, size, tensor.device)
+            pick = None if picks is None else picks.get(where)
+            if pick is None:
+                # One gather (real rows, then row 0 again) in place of an allocation and two
+                # copies: a host path of one op where every padded call pays it.
+                pick = torch.tensor(
+                    [*range(rows), *(0,) * (size - rows)], dtype=torch.long, device=tensor.device
+                )
+                if picks is not None:
+                    picks[where] = pick
+            padded[arg] = tensor.index_select(dim, pick)
         for arg in self.int_args:
             padded[arg] = size
         return padded
@@ -109,6 +121,7 @@ class Padding:
         """
         sizes, largest = self.sizes, self.largest
         told: set[int] = set()
+        picks: dict[Any, torch.Tensor] = {}  # row indices per (rows, size, device), immutable
 
         def padded(*args: Any) -> Any:
             batch = self.batch(args)
@@ -128,6 +141,6 @@ class Padding:
                 # A listed size, or one no admitted size covers: captured as it is.
                 return runner(*args)
             size = sizes[at]
-            return self.cut(runner(*self.pad(args, size)), batch, size)
+            return self.cut(runner(*self.pad(args, size, picks)), batch, size)
 
         return padded
