@@ -265,11 +265,15 @@ def test_padding_fills_the_rows_it_adds_with_the_first_real_row() -> None:
     for _ in range(2):  # the second call reuses the row indices of the first
         grown, size, short = padding.pad([wide, 3, ints], 8, picks)
         assert size == 8
-        assert grown.shape == (4, 8, 2) and short.shape == (8,) and short.dtype == torch.int64
+        assert grown.shape == (4, 8, 2)
+        assert short.shape == (8,)
+        assert short.dtype == torch.int64
         torch.testing.assert_close(grown[:, :3], wide)
         torch.testing.assert_close(grown[:, 3:], wide[:, :1].expand(4, 5, 2))
         assert short.tolist() == [0, 1, 2, 0, 0, 0, 0, 0]
     assert len(picks) == 1
     nothing = padding.pad([torch.ones(4, 0, 2), 0, torch.ones(0)], 4)
-    assert nothing[0].shape == (4, 4, 2) and not nothing[0].any()
-    assert nothing[2].shape == (4,) and not nothing[2].any()
+    assert nothing[0].shape == (4, 4, 2)
+    assert not nothing[0].any()
+    assert nothing[2].shape == (4,)
+    assert not nothing[2].any()

@@ -643,3 +643,17 @@ def test_force_recapture_captures_every_call_anew() -> None:
     assert runner.counters.recapture_reasons == {"forced": 9}
     assert runner.num_graphs == 1
     assert runner.counters.fallbacks == 0
+
+
+def test_each_capture_logs_the_replays_and_calls_before_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = GraphRunner(lambda x: x * 2, name="logged")
+    with caplog.at_level(logging.INFO, logger="npu_mempool"):
+        for n in (2, 2, 2, 3, 3):
+            runner(torch.ones(n))
+    lines = [r.getMessage() for r in caplog.records if "captured a graph" in r.getMessage()]
+    assert len(lines) == 2
+    assert lines[0].endswith("0 replay(s) in 0 call(s) before it")
+    # The second shape comes after three calls of the first, two of them replays.
+    assert lines[1].endswith("2 replay(s) in 3 call(s) before it")

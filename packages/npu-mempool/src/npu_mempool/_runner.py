@@ -378,6 +378,8 @@ class GraphRunner:
             call_path=paths.number(path),
             graphs_before=paths.graphs(),
             pool_bytes=lambda: pool.nbytes,
+            calls=self.counters.calls,
+            replays=self.counters.replays,
         )
         paths.add(path, key, entry)
         counters = self.counters

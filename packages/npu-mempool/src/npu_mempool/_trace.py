@@ -44,20 +44,26 @@ def report_capture(
     call_path: int,
     graphs_before: int,
     pool_bytes: Callable[[], int],
+    calls: int = 0,
+    replays: int = 0,
 ) -> None:
     """Log one capture (info: what and how long; debug: its key) and trace it.
 
     ``reason`` is ``None`` for a new key; ``graphs_before`` counts the graphs held before this
-    one; ``pool_bytes`` reads the size of the pool it was captured into.
+    one; ``pool_bytes`` reads the size of the pool it was captured into; ``calls`` and
+    ``replays`` are the runner's before this one (a capture pays only when replays follow).
     """
     if log.isEnabledFor(logging.INFO):  # reading the pool's bytes asks the allocator
         log.info(
-            "GraphRunner %r: captured a graph in %.3f s (%s), %d graph(s), pool %s",
+            "GraphRunner %r: captured a graph in %.3f s (%s), %d graph(s), pool %s; "
+            "%d replay(s) in %d call(s) before it",
             name,
             seconds,
             reason or "new key",
             graphs_before + 1,
             _size(pool_bytes()),
+            replays,
+            calls,
         )
     log.debug("GraphRunner %r: key %r on call path %d", name, key, call_path)
     trace_capture(
