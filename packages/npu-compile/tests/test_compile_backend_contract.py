@@ -179,6 +179,45 @@ def test_a_read_outside_a_sliced_input_runs_eagerly_with_its_reason(
     assert "as_strided" in record.getMessage()
 
 
+def _rolling(x: torch.Tensor) -> torch.Tensor:
+    n, d = x.shape
+    return x.as_strided((n - 3, 4, d), (d, d, 1)).sum(-1)  # windows of 4 rows, every row once
+
+
+def _one_row_past(x: torch.Tensor) -> torch.Tensor:
+    n, d = x.shape
+    return x.as_strided((n - 2, 4, d), (d, d, 1)).sum(-1)  # the last window ends past x
+
+
+def test_windows_over_a_dense_input_are_proven_inside_it_for_every_size() -> None:
+    # Longformer's chunks: traced for symbolic sizes, the read was refused as unprovable and the
+    # graph ran eagerly under autocast. Over a dense input it is provably inside at every size.
+    backend = npu_compile.get_npu_backend()
+    compiled = torch.compile(_rolling, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for n in (8, 12, 16, 12):
+            x = torch.randn(n, 3, generator=torch.Generator().manual_seed(n))
+            torch.testing.assert_close(compiled(x), _rolling(x), rtol=0, atol=0)
+    assert (backend.stats.captured, backend.stats.fallback_reasons) == (1, {})
+
+
+@pytest.mark.parametrize(
+    ("fn", "sliced"), [(_one_row_past, False), (_rolling, True)], ids=["past_the_end", "sliced"]
+)
+def test_a_symbolic_read_not_proven_inside_runs_eagerly(
+    fn: Callable[[torch.Tensor], torch.Tensor], sliced: bool
+) -> None:
+    backend = npu_compile.get_npu_backend()
+    compiled = torch.compile(fn, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for n in (8, 12, 16):
+            # Past the end of x's elements lies more of its storage: eager reads it.
+            whole = torch.randn(n + 4, 6, generator=torch.Generator().manual_seed(n))
+            x = whole[:n, :3] if sliced else whole.view(-1)[: n * 3].view(n, 3)
+            torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0)
+    assert set(backend.stats.fallback_reasons.values()) == {npu_compile.FallbackReason.STORAGE_READ}
+
+
 def test_each_aot_compile_is_counted_as_torch_counts_it() -> None:
     # DDPOptimizer pairs each bucket's forward with its backward by this count: without it, a
     # DDP model's backward raised "expected same # of fw and bw compiles, but found bucket -1".

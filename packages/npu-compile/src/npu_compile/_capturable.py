@@ -138,13 +138,15 @@ def _outside(example: torch.Tensor, node: torch.fx.Node) -> str | None:
         (example.shape, example.stride(), example.storage_offset()),
         (value.shape, value.stride(), value.storage_offset()),
     ]
+    explicit = len(node.args) > 3 and node.args[3] is not None
     if any(
         not isinstance(v, int)
         for shape, stride, offset in layouts
         for v in (*shape, *stride, offset)
     ):
+        if not explicit and _dense_read_inside(example, value):
+            return None
         return "reads {input} through a symbolic layout, which cannot be shown to stay inside it"
-    explicit = len(node.args) > 3 and node.args[3] is not None
     if explicit and example.storage_offset() != 0:
         return "addresses {input} at a fixed storage offset, where its copy starts elsewhere"
     if value.numel() == 0:
@@ -160,6 +162,33 @@ def _outside(example: torch.Tensor, node: torch.fx.Node) -> str | None:
         )
         inside = bool(torch.isin(read, own).all())
     return None if inside else "reads memory between or around the elements of {input}"
+
+
+def _dense_read_inside(example: torch.Tensor, value: torch.Tensor) -> bool:
+    """Whether a read of a dense input stays inside it, for every size its symbols may take.
+
+    A dense (row-major, gap-free) input owns every storage index from its offset to its offset
+    plus its element count: a read whose strides are not negative stays inside it exactly when
+    its first index is at least the input's offset and its last one at most the input's last.
+    The sizes are symbols (a graph traced for many sizes); each comparison must hold for all of
+    them (``statically_known_true``, which adds no guard), else the read is not shown inside.
+    Sliding windows over a dense input (Longformer's chunks) are such reads.
+    """
+    from torch.fx.experimental.symbolic_shapes import statically_known_true as always
+
+    numel: Any = 1
+    for size, step in reversed(list(zip(example.shape, example.stride(), strict=True))):
+        if not (always(size == 1) or always(step == numel)):
+            return False
+        numel = numel * size
+    start: Any = example.storage_offset()
+    first: Any = value.storage_offset()
+    last: Any = first
+    for size, step in zip(value.shape, value.stride(), strict=True):
+        if not always(step >= 0):
+            return False
+        last = last + (size - 1) * step
+    return always(first >= start) and always(last <= start + numel - 1)
 
 
 def _addresses(shape: Sequence[int], stride: Sequence[int], offset: int) -> torch.Tensor:
