@@ -81,7 +81,10 @@ class Outcome:
         whole: npu_compile only: every graph captured whole, none eager or in pieces.
         steady: npu_compile only: the calls its graph runners answered once the loop was
             warm (after the first call or step, before a new length), and how many of them
-            replayed: ``{"calls": n, "replays": r}``. A graph captured and never replayed
+            replayed, and how many were the first call of a graph Dynamo compiled during it
+            (a model that changes its own state on its first call, as Hugging Face's
+            classification losses set ``config.problem_type``, is compiled again on the second):
+            ``{"calls": n, "replays": r, "new_graphs": g}``. A graph captured and never replayed
             saves nothing, so this is what carries over to a device.
     """
 
@@ -111,6 +114,17 @@ def _leaves(value: Any, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
         yield from _leaves(dict(value.items()), prefix)
 
 
+def _runner_calls() -> tuple[int, int, int]:
+    """Every graph runner's calls, replays and first captures so far (npu-mempool's counters).
+
+    A runner's first capture has no reason (``capture_reasons`` counts the later ones): the
+    first captures are the graphs that were new.
+    """
+    counters = npu_mempool.counters
+    captures = counters.captures
+    return counters.calls, counters.replays, captures - sum(counters.capture_reasons.values())
+
+
 class _Comparison:
     def __init__(self, tolerance: float, mode: str = "") -> None:
         self.tolerance = tolerance
@@ -118,8 +132,9 @@ class _Comparison:
         self.worst = 0.0
         self.where = ""
         self.compared = 0
-        # The graph runners' calls and replays when the steady state began and ended.
-        self._steady: list[tuple[int, int]] = []
+        # The graph runners' calls, replays and first captures when the steady state began and
+        # ended.
+        self._steady: list[tuple[int, int, int]] = []
 
     def steady(self) -> None:
         """Mark where the steady state begins (first call), then where it ends (second call).
@@ -128,9 +143,8 @@ class _Comparison:
         it changes the shapes (a new length); the runners' counters in between say how many
         calls replayed. Without the second mark it runs to the body's end.
         """
-        counters = npu_mempool.counters
         if len(self._steady) < 2:
-            self._steady.append((counters.calls, counters.replays))
+            self._steady.append(_runner_calls())
 
     def adopt_steady(self, other: _Comparison) -> None:
         """Take the steady state ``other`` marked (a comparison that checked for this one)."""
@@ -141,9 +155,12 @@ class _Comparison:
         if not self._steady:
             return None
         begin = self._steady[0]
-        counters = npu_mempool.counters
-        end = self._steady[1] if len(self._steady) > 1 else (counters.calls, counters.replays)
-        return {"calls": end[0] - begin[0], "replays": end[1] - begin[1]}
+        end = self._steady[1] if len(self._steady) > 1 else _runner_calls()
+        return {
+            "calls": end[0] - begin[0],
+            "replays": end[1] - begin[1],
+            "new_graphs": end[2] - begin[2],
+        }
 
     def __call__(self, name: str, reference: Any, got: Any) -> None:
         expected = dict(_leaves(reference, name))
