@@ -72,9 +72,9 @@ class Padding:
             if pick is None:
                 # One gather (real rows, then row 0 again) in place of an allocation and two
                 # copies: a host path of one op where every padded call pays it.
-                pick = torch.tensor(
-                    [*range(rows), *(0,) * (size - rows)], dtype=torch.long, device=tensor.device
-                )
+                # Made on the device (no host copy, which a stream capture around it refuses).
+                pick = torch.arange(size, dtype=torch.long, device=tensor.device)
+                pick[rows:] = 0
                 if picks is not None:
                     picks[where] = pick
             padded[arg] = tensor.index_select(dim, pick)
