@@ -261,9 +261,10 @@ def test_padding_fills_the_rows_it_adds_with_the_first_real_row() -> None:
     )
     wide = torch.arange(24.0).reshape(2, 3, 4).transpose(0, 2)  # (4, 3, 2), batch in dim 1
     ints = torch.arange(3, dtype=torch.int64)
-    picks: dict[object, torch.Tensor] = {}
-    for _ in range(2):  # the second call reuses the row indices of the first
-        grown, size, short = padding.pad([wide, 3, ints], 8, picks)
+    made = []
+    for _ in range(2):  # each call pads afresh: nothing is shared between callers
+        grown, size, short = padding.pad([wide, 3, ints], 8)
+        made.append(grown)
         assert size == 8
         assert grown.shape == (4, 8, 2)
         assert short.shape == (8,)
@@ -271,7 +272,8 @@ def test_padding_fills_the_rows_it_adds_with_the_first_real_row() -> None:
         torch.testing.assert_close(grown[:, :3], wide)
         torch.testing.assert_close(grown[:, 3:], wide[:, :1].expand(4, 5, 2))
         assert short.tolist() == [0, 1, 2, 0, 0, 0, 0, 0]
-    assert len(picks) == 1
+        assert grown.is_contiguous()  # dense, whatever the caller's layout
+    assert made[0].data_ptr() != made[1].data_ptr()
     nothing = padding.pad([torch.ones(4, 0, 2), 0, torch.ones(0)], 4)
     assert nothing[0].shape == (4, 4, 2)
     assert not nothing[0].any()

@@ -50,34 +50,23 @@ class Padding:
             return int(args[arg].shape[dim])
         return int(args[self.int_args[0]])
 
-    def pad(
-        self, args: Sequence[Any], size: int, picks: dict[Any, torch.Tensor] | None = None
-    ) -> list[Any]:
-        """The arguments with ``size`` rows: the real ones, then copies of the first.
-
-        ``picks`` keeps the row indices of each ``(rows, size, device)`` between calls (the
-        caller's own dict: :meth:`wrap` keeps one per graph).
-        """
+    def pad(self, args: Sequence[Any], size: int) -> list[Any]:
+        """The arguments with ``size`` rows: the real ones, then copies of the first."""
         padded = list(args)
         for arg, dim in self.tensor_dims:
             tensor = args[arg]
             rows = tensor.shape[dim]
+            shape = list(tensor.shape)
             if not rows:
-                shape = list(tensor.shape)
                 shape[dim] = size
                 padded[arg] = tensor.new_zeros(shape)
                 continue
-            where = (rows, size, tensor.device)
-            pick = None if picks is None else picks.get(where)
-            if pick is None:
-                # One gather (real rows, then row 0 again) in place of an allocation and two
-                # copies: a host path of one op where every padded call pays it.
-                # Made on the device (no host copy, which a stream capture around it refuses).
-                pick = torch.arange(size, dtype=torch.long, device=tensor.device)
-                pick[rows:] = 0
-                if picks is not None:
-                    picks[where] = pick
-            padded[arg] = tensor.index_select(dim, pick)
+            shape[dim] = size - rows
+            # One concatenation in place of an allocation and two copies. Nothing is kept
+            # between calls: an index tensor cached for every caller would be read on other
+            # streams than the one that wrote it. Dense, as the padded batch always was.
+            grown = torch.cat((tensor, tensor.narrow(dim, 0, 1).expand(shape)), dim)
+            padded[arg] = grown.contiguous()
         for arg in self.int_args:
             padded[arg] = size
         return padded
@@ -121,7 +110,6 @@ class Padding:
         """
         sizes, largest = self.sizes, self.largest
         told: set[int] = set()
-        picks: dict[Any, torch.Tensor] = {}  # row indices per (rows, size, device), immutable
 
         def padded(*args: Any) -> Any:
             batch = self.batch(args)
@@ -141,6 +129,6 @@ class Padding:
                 # A listed size, or one no admitted size covers: captured as it is.
                 return runner(*args)
             size = sizes[at]
-            return self.cut(runner(*self.pad(args, size, picks)), batch, size)
+            return self.cut(runner(*self.pad(args, size)), batch, size)
 
         return padded
