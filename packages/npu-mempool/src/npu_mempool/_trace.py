@@ -44,8 +44,8 @@ def report_capture(
     call_path: int,
     graphs_before: int,
     pool_bytes: Callable[[], int],
-    calls: int = 0,
-    replays: int = 0,
+    calls: int,
+    replays: int,
 ) -> None:
     """Log one capture (info: what and how long; debug: its key) and trace it.
 
