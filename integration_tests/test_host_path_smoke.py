@@ -20,6 +20,7 @@ WORKLOADS = {"mlp", "decode", "padded", "breaks"}
 ROWS = {
     "floor",
     "runner",
+    "bound",
     "dynamo_floor",
     "dynamo_trivial",
     "npu_compile",
@@ -31,6 +32,7 @@ ROWS = {
 CHECKED = ROWS - {"floor", "eager"}
 GRAPH_ROWS = {
     "runner",
+    "bound",
     "npu_compile",
     "npu_compile_unguarded",
     "npu_compile_emulated",
@@ -41,6 +43,7 @@ GOALS = {
     "npu_compile_over_dynamo_floor",
     "runner_over_floor",
     "runner_py_calls_per_replay",
+    "bound_over_floor",
     "unguarded_over_floor",
 }
 

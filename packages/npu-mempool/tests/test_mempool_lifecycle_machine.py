@@ -1,9 +1,10 @@
 """Held outputs stay right over every sequence of calls, holds, boundaries, recaptures, failures.
 
 A stateful property test (hypothesis): two runners, alone or sharing a pool, called at several
-shapes, with their outputs dropped, held whole, held through a view or passed back in; step
-boundaries; ``keep_held_outputs`` on and off; ``force_recapture``; captures that fail; a capture
-limit that runs out; resets. After every step:
+shapes, directly or through graphs bound to a shape (``GraphRunner.bind``), with their outputs
+dropped, held whole, held through a view or passed back in; step boundaries;
+``keep_held_outputs`` on and off; ``force_recapture``; captures that fail; a capture limit that
+runs out; resets. After every step:
 
 * each output still held reads the values eager gave for its call, or raises
   ``StaleOutputError``, and only once a step boundary has passed since it was handed out;
@@ -38,6 +39,8 @@ from hypothesis.stateful import (
 )
 from lifecycle import Held, examples, failing_cpu_backend
 from npu_mempool import (
+    BoundGraph,
+    CaptureError,
     CaptureLimitWarning,
     CaptureOptions,
     GraphRunner,
@@ -71,6 +74,7 @@ class RunnerLifecycle(RuleBasedStateMachine):
         self.calls = 0
         self.value = 0.0
         self.limit = 64
+        self.bound: list[tuple[int, BoundGraph]] = []
 
     def teardown(self) -> None:
         self._backend.__exit__(None, None, None)
@@ -96,14 +100,14 @@ class RunnerLifecycle(RuleBasedStateMachine):
             GraphRunner(_shift, options=options, name="shift"),
         ]
 
-    def _call(self, which: int, x: torch.Tensor) -> torch.Tensor:
+    def _call(self, which: int, x: torch.Tensor, bound: BoundGraph | None = None) -> torch.Tensor:
         runner = self.runners[which]
         expected = (_scale, _shift)[which](x.clone())
         with warnings.catch_warnings():
             # Running out of captures is one of the paths under test, not a failure.
             warnings.simplefilter("ignore", CaptureLimitWarning)
             with top_level_call():
-                out = runner(x)
+                out = (bound or runner)(x)
         self.calls += 1
         torch.testing.assert_close(out, expected, rtol=0, atol=0)
         return out
@@ -126,6 +130,25 @@ class RunnerLifecycle(RuleBasedStateMachine):
         out = self._call(which, torch.full((rows, WIDTH), self.value))
         self._keep(out, which, how)
 
+    @rule(which=st.integers(0, 1), rows=st.sampled_from([8, 16, 32]))
+    def bind(self, which: int, rows: int) -> None:
+        # Bound only where the runner holds a graph for the shape; bound graphs outlive
+        # resets, recaptures and failures of their runner's graphs.
+        try:
+            bound = self.runners[which].bind(torch.zeros(rows, WIDTH))
+        except CaptureError:
+            return
+        self.bound.append((which, bound))
+
+    @precondition(lambda self: bool(self.bound))
+    @rule(data=st.data(), how=st.sampled_from(["drop", "whole", "view"]))
+    def call_bound(self, data: st.DataObject, how: str) -> None:
+        which, bound = data.draw(st.sampled_from(self.bound))
+        self.value += 1
+        rows = bound._sizes[0][0]
+        out = self._call(which, torch.full((rows, WIDTH), self.value), bound)
+        self._keep(out, which, how)
+
     @precondition(lambda self: any(h.whole for h in self.held))
     @rule(which=st.integers(0, 1), data=st.data(), how=st.sampled_from(["drop", "whole"]))
     def call_with_a_held_output(self, which: int, data: st.DataObject, how: str) -> None:
@@ -136,7 +159,10 @@ class RunnerLifecycle(RuleBasedStateMachine):
             held.tensor.sum()
         except StaleOutputError:
             return  # a stale output cannot be an input; the invariant checked it may be stale
-        out = self._call(which, held.tensor)
+        # Through a graph bound to its shape, where one was bound and the draw says so.
+        bound = [b for w, b in self.bound if w == which and b._sizes[0] == held.tensor.shape]
+        via = data.draw(st.sampled_from([None, *bound]))
+        out = self._call(which, held.tensor, via)
         self._keep(out, which, how)
 
     @precondition(lambda self: bool(self.held))

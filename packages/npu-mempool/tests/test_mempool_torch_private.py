@@ -119,6 +119,22 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "_runner reads the watched inputs' addresses with the C method itself on every call",
     ),
     PrivateApi(
+        "torch._C.TensorBase.size",
+        "dispatch",
+        "_bound compares a bound graph's USER tensors with its layout by mapping the C methods",
+    ),
+    PrivateApi(
+        "torch._C.TensorBase.stride",
+        "dispatch",
+        "_bound compares a bound graph's USER tensors with its layout by mapping the C methods",
+    ),
+    PrivateApi(
+        "torch._C._dynamo.guards.TensorGuards",
+        "Dynamo",
+        "_bound checks a bound graph's USER tensors (dtype, device, shape, strides) in one C call",
+        optional="a bound graph checks its inputs with the C methods mapped instead (slower)",
+    ),
+    PrivateApi(
         "torch._C._is_any_autocast_enabled",
         "autocast",
         "_keys tells autocast's state apart in a graph key, _capture turns autocast's weight "

@@ -8,6 +8,7 @@ inputs are copied into pool buffers (mode 3).
 
 from __future__ import annotations
 
+from npu_mempool._bound import BoundGraph
 from npu_mempool._budget import GraphBudget, graph_budget
 from npu_mempool._counters import Counters, RecaptureReason, counters
 from npu_mempool._devices import graph_implementation, graph_pool_handle
@@ -30,6 +31,7 @@ from npu_mempool.errors import (
 __all__ = [
     "__version__",
     "GraphRunner",
+    "BoundGraph",
     "mark_step_begin",
     "top_level_call",
     "hold_step",

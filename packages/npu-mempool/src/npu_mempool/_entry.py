@@ -114,6 +114,7 @@ class Entry:
         "epoch",
         "graph",
         "key",
+        "live",
         "name",
         "ptrs",
         "state",
@@ -142,6 +143,8 @@ class Entry:
     ) -> None:
         self.key = key
         self.name = name
+        # The runner's graph until it lets go of it (discard): a BoundGraph replays it only then.
+        self.live = True
         # Graphs of the pool whose outputs were alive while this one was captured: its memory
         # cannot overlap those outputs, so it may replay while they are still in use (the pieces
         # of one split graph, each fed by the one before, or two runners sharing a pool in turn).
@@ -249,6 +252,35 @@ class Entry:
             self._copy(self._dst, [*map(args.__getitem__, self._user)])
         self._replay_graph(args)
         # hand_out(), inline for the common case (a frame less on every replay).
+        in_pool = self._in_pool
+        if not in_pool or self._clone_output:
+            return self.hand_out()
+        leaves = list(self._leaves)
+        token = step_token(self._per_call)
+        handed = []
+        for i in in_pool:
+            leaves[i] = out = leaves[i].detach()
+            handed.append((weakref.ref(out), token))
+        self._handed = handed
+        self._lend()
+        return self._build(leaves)
+
+    def replay_picked(self, picked: list[torch.Tensor], args: tuple[Any, ...]) -> Any:
+        """:meth:`replay` with the USER tensors already picked out of ``args`` (a BoundGraph).
+
+        The same steps as :meth:`replay`, written out again: a shared helper would add a Python
+        frame to every replay of the runner.
+        """
+        if profiler._is_profiler_enabled:
+            with profiled("npu_mempool.replay"):
+                if picked:
+                    with profiled("npu_mempool.copy_inputs"):
+                        self._copy(self._dst, picked)
+                self.graph.replay(args)
+                return self.hand_out()
+        if picked:
+            self._copy(self._dst, picked)
+        self._replay_graph(args)
         in_pool = self._in_pool
         if not in_pool or self._clone_output:
             return self.hand_out()
@@ -380,6 +412,7 @@ class Entry:
         or are taken back (:meth:`PoolState.retire`): forgetting it would let the next rewind
         give their memory to another capture, and the caller would read that capture's numbers.
         """
+        self.live = False
         if self.in_use():
             self.state.retire(self)
         else:
@@ -387,6 +420,7 @@ class Entry:
 
     def free(self) -> None:
         """Free the graph and the pool memory only it holds (its outputs are no longer used)."""
+        self.live = False
         self.state.forget(self)
         self.state.disown(self)
         self.graph.reset()

@@ -19,11 +19,12 @@ from typing import Any
 
 import torch
 
+from npu_mempool._bound import BoundGraph
 from npu_mempool._budget import graph_budget
 from npu_mempool._capture import capture
 from npu_mempool._counters import NEW_KEY, Counters, RecaptureReason, register
 from npu_mempool._devices import GraphBackend
-from npu_mempool._entry import Reclaim, reclaiming
+from npu_mempool._entry import Entry, Reclaim, reclaiming
 from npu_mempool._keys import Layout
 from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._paths import CallPath, CallPaths
@@ -252,6 +253,68 @@ class GraphRunner:
         call = functools.partial(GraphRunner.__call__, self)
         call.__name__ = call.__qualname__ = self.name  # type: ignore[attr-defined]
         return call
+
+    def bind(self, *args: Any) -> BoundGraph:
+        """The graph the runner holds for ``args``, to call with their USER tensors alone.
+
+        For engines that pick the captured layout themselves before each call (the batch size
+        of a serving step): a call of the :class:`BoundGraph` copies the USER tensors in and
+        replays, without the key or the watched addresses a runner call reads. It still checks
+        the USER tensors' shapes, dtypes and strides and the liveness of the outputs it handed
+        out; the PARAMETER and MUTATED tensors and the non-tensor values of ``args`` are bound,
+        used in place on every call (see :class:`BoundGraph`).
+
+        Args:
+            *args: A call the runner has answered with a graph (call the runner with them first:
+                its first call of a key captures).
+
+        Raises:
+            CaptureError: The runner holds no graph for ``args`` (not called with them yet, the
+                key runs eagerly, or the runner runs eagerly for good).
+            InputLayoutError: ``args`` do not fit the runner's call signature.
+        """
+        with self._lock:
+            layout = self._layout
+            if layout is None or self._eager:
+                raise self._nothing_bound(
+                    "has not captured anything" if layout is None else "runs every call eagerly"
+                )
+            try:
+                key = layout.key(args)
+                ptrs = tuple(map(_data_ptr, layout.pick_watched(args))) if layout.watched else ()
+            except _LAYOUT_ERRORS as exc:
+                raise self._layout_error(args) from exc
+            self._check_layout(layout, args)
+            entry = self._graph_for(key, ptrs)
+            if entry is None:
+                raise self._nothing_bound(
+                    "runs this key eagerly" if key in self._failed else "holds no graph for them"
+                )
+            return BoundGraph(
+                self,
+                entry,
+                args,
+                user=layout.user,
+                pinned=layout.pinned,
+                watched=layout.watched,
+                lock=self._lock,
+                owner=self._owner,
+                force_recapture=self._force_recapture,
+            )
+
+    def _graph_for(self, key: Hashable, ptrs: tuple[int, ...]) -> Entry | None:
+        """The first graph held for ``key`` and these watched addresses, on any call path."""
+        for path in self._paths:
+            for entry in path.entries.get(key, ()):
+                if entry.ptrs == ptrs and entry.live:
+                    return entry
+        return None
+
+    def _nothing_bound(self, why: str) -> CaptureError:
+        return CaptureError(
+            f"GraphRunner {self.name!r} {why}: bind() binds a graph the runner holds for these "
+            "arguments; call the runner with them first (a call of a new key captures it)"
+        )
 
     def reset(self) -> None:
         """Free every graph (and the runner's own pools); the next call captures again."""
