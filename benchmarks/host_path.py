@@ -35,8 +35,8 @@ Rows, each called with the same arguments on every call:
 - ``npu_compile``: ``torch.compile`` with npu_compile's backend (default options, capture sizes
   in ``padded``), null graphs.
 - ``npu_compile_unguarded``: the same with Dynamo's guards off
-  (``options={"guard_filter_fn": torch.compiler.skip_all_guards_unsafe}``), the path for engines
-  that dispatch calls themselves: the runner's key is then the only check a call meets.
+  (``options={"guard_filter_fn": torch.compiler.skip_all_guards_unsafe}``): the runner's key is
+  then the only check a call meets, but Dynamo's frame evaluation still runs on every call.
 - ``eager``, ``npu_compile (emulated)``, ``runner (emulated)``: the model itself, and the two
   graph rows with the CPU's usual emulated graph (a replay re-runs the ops): what the CPU tables
   measured before.

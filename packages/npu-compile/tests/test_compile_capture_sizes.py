@@ -274,6 +274,16 @@ def test_padding_fills_the_rows_it_adds_with_the_first_real_row() -> None:
         assert short.tolist() == [0, 1, 2, 0, 0, 0, 0, 0]
         assert grown.is_contiguous()  # dense, whatever the caller's layout
     assert made[0].data_ptr() != made[1].data_ptr()
+    # More missing rows than the concatenation takes as inputs: the first row is expanded.
+    many = Padding(
+        sizes=(16,), largest=16, tensor_dims=((0, 0),), int_args=(), outputs=(), symbol="s0"
+    )
+    rows = torch.arange(6.0).reshape(3, 2)
+    (tall,) = many.pad([rows], 16)
+    assert tall.shape == (16, 2)
+    assert tall.is_contiguous()
+    torch.testing.assert_close(tall[:3], rows)
+    torch.testing.assert_close(tall[3:], rows[:1].expand(13, 2))
     nothing = padding.pad([torch.ones(4, 0, 2), 0, torch.ones(0)], 4)
     assert nothing[0].shape == (4, 4, 2)
     assert not nothing[0].any()

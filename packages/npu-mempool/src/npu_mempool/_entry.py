@@ -105,6 +105,7 @@ class Entry:
         "_mine",
         "_owner",
         "_per_call",
+        "_pick",
         "_pool",
         "_replay_graph",
         "_stale",
@@ -169,8 +170,17 @@ class Entry:
         self.storages = storages
         # The input copy: the call's USER tensors (picked by position) into the static buffers.
         self._user = tuple(user)
+        # The USER tensors of a call as a tuple, in one C call (an itemgetter of one index would
+        # return the item itself: a slice of one keeps it a tuple).
+        self._pick: Callable[[tuple[Any, ...]], tuple[Any, ...]] = (
+            operator.itemgetter(*self._user)
+            if len(self._user) > 1
+            else operator.itemgetter(slice(user[0], user[0] + 1))
+            if self._user
+            else _nothing
+        )
         self._dst = dst
-        self._copy: Callable[[list[torch.Tensor], list[torch.Tensor]], None] = (
+        self._copy: Callable[[list[torch.Tensor], tuple[torch.Tensor, ...]], None] = (
             torch._foreach_copy_ if clone_input else _copy_moved
         )
         # The container the callable returned, rebuilt around the leaves (a C callable for a
@@ -249,7 +259,7 @@ class Entry:
         if profiler._is_profiler_enabled:
             return self._replay_profiled(args)
         if self._user:
-            self._copy(self._dst, [*map(args.__getitem__, self._user)])
+            self._copy(self._dst, self._pick(args))
         self._replay_graph(args)
         # hand_out(), inline for the common case (a frame less on every replay).
         in_pool = self._in_pool
@@ -265,7 +275,7 @@ class Entry:
         self._lend()
         return self._build(leaves)
 
-    def replay_picked(self, picked: list[torch.Tensor], args: tuple[Any, ...]) -> Any:
+    def replay_picked(self, picked: tuple[torch.Tensor, ...], args: tuple[Any, ...]) -> Any:
         """:meth:`replay` with the USER tensors already picked out of ``args`` (a BoundGraph).
 
         The same steps as :meth:`replay`, written out again: a shared helper would add a Python
@@ -300,7 +310,7 @@ class Entry:
         with profiled("npu_mempool.replay"):
             if self._user:
                 with profiled("npu_mempool.copy_inputs"):
-                    self._copy(self._dst, [args[i] for i in self._user])
+                    self._copy(self._dst, self._pick(args))
             self.graph.replay(args)
             return self.hand_out()
 
@@ -431,6 +441,11 @@ class Entry:
         self._budget = budget.hold(self)
 
 
+def _nothing(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """No USER tensor to pick (never called: a graph without one copies nothing)."""
+    return ()
+
+
 def _uncounted() -> None:
     """A graph counted in no budget has nothing to give back."""
 
@@ -459,7 +474,7 @@ def storage_ref(tensor: torch.Tensor) -> StorageWeakRef:
     return StorageWeakRef(tensor.untyped_storage())  # type: ignore[no-untyped-call]
 
 
-def _copy_moved(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
+def _copy_moved(dst: list[torch.Tensor], src: tuple[torch.Tensor, ...]) -> None:
     """clone_input=False: copy only the inputs that are not the captured tensors themselves."""
     moved = [(d, s) for d, s in zip(dst, src, strict=True) if d.data_ptr() != s.data_ptr()]
     if moved:
