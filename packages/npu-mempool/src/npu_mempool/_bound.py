@@ -185,7 +185,7 @@ class BoundGraph:
                 and entry.claim(self._owner, inputs + self._pinned, user, pinned)
             ):
                 self._runner.counters.replays += 1
-                return entry.replay_picked(inputs, self._args)
+                return entry.replay(self._args, inputs)
             return self._through_runner(inputs)
 
     def _same_layout(self, inputs: tuple[Any, ...]) -> bool:

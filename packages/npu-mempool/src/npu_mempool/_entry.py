@@ -254,12 +254,20 @@ class Entry:
         with reclaiming(Reclaim(owner, args, user, pinned)):
             return not self.state.in_use(self)
 
-    def replay(self, args: tuple[Any, ...]) -> Any:
-        """Copy the inputs in, replay, and hand the outputs out."""
+    def replay(self, args: tuple[Any, ...], picked: tuple[torch.Tensor, ...] | None = None) -> Any:
+        """Copy the inputs in, replay, and hand the outputs out.
+
+        Args:
+            args: The call's arguments (the emulated graph re-runs on the tensors used in place).
+            picked: The USER tensors, where the caller has them already (a BoundGraph, whose
+                ``args`` hold none); by default picked out of ``args``.
+        """
+        if picked is None:
+            picked = self._pick(args)
         if profiler._is_profiler_enabled:
-            return self._replay_profiled(args)
-        if self._user:
-            self._copy(self._dst, self._pick(args))
+            return self._replay_profiled(args, picked)
+        if picked:
+            self._copy(self._dst, picked)
         self._replay_graph(args)
         # hand_out(), inline for the common case (a frame less on every replay).
         in_pool = self._in_pool
@@ -275,42 +283,13 @@ class Entry:
         self._lend()
         return self._build(leaves)
 
-    def replay_picked(self, picked: tuple[torch.Tensor, ...], args: tuple[Any, ...]) -> Any:
-        """:meth:`replay` with the USER tensors already picked out of ``args`` (a BoundGraph).
-
-        The same steps as :meth:`replay`, written out again: a shared helper would add a Python
-        frame to every replay of the runner.
-        """
-        if profiler._is_profiler_enabled:
-            with profiled("npu_mempool.replay"):
-                if picked:
-                    with profiled("npu_mempool.copy_inputs"):
-                        self._copy(self._dst, picked)
-                self.graph.replay(args)
-                return self.hand_out()
-        if picked:
-            self._copy(self._dst, picked)
-        self._replay_graph(args)
-        in_pool = self._in_pool
-        if not in_pool or self._clone_output:
-            return self.hand_out()
-        leaves = list(self._leaves)
-        token = step_token(self._per_call)
-        handed = []
-        for i in in_pool:
-            leaves[i] = out = leaves[i].detach()
-            handed.append((weakref.ref(out), token))
-        self._handed = handed
-        self._lend()
-        return self._build(leaves)
-
-    def _replay_profiled(self, args: tuple[Any, ...]) -> Any:
+    def _replay_profiled(self, args: tuple[Any, ...], picked: tuple[torch.Tensor, ...]) -> Any:
         # The same steps inside profiler ranges; kept off the common path (two context managers
         # per call otherwise).
         with profiled("npu_mempool.replay"):
-            if self._user:
+            if picked:
                 with profiled("npu_mempool.copy_inputs"):
-                    self._copy(self._dst, self._pick(args))
+                    self._copy(self._dst, picked)
             self.graph.replay(args)
             return self.hand_out()
 
@@ -442,7 +421,7 @@ class Entry:
 
 
 def _nothing(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """No USER tensor to pick (never called: a graph without one copies nothing)."""
+    """No USER tensor to pick: a graph without one copies nothing."""
     return ()
 
 
