@@ -80,6 +80,38 @@ def _pool_bytes(options: CaptureOptions, rows: tuple[int, ...], device: torch.de
     return runner.counters.pool_bytes
 
 
+def test_a_bound_graph_replays_the_device_graph_and_keeps_held_outputs(
+    device: torch.device,
+) -> None:
+    def step(x: torch.Tensor, w: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        cache.add_(x.sum(0))
+        return block(x, w) + cache
+
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, device=device) / 8
+    cache = torch.zeros(64, device=device)
+    runner = GraphRunner(
+        step,
+        input_kinds=[InputKind.USER, InputKind.PARAMETER, InputKind.MUTATED],
+        options=CAPTURE_NOW,
+    )
+    x = torch.randn(8, 64, device=device)
+    eager_cache = cache.clone()
+    torch.testing.assert_close(runner(x, w, cache), step(x, w, eager_cache))
+    bound = runner.bind(x, w, cache)
+    held = []
+    for _ in range(4):
+        y = torch.randn(8, 64, device=device)
+        expected = step(y, w, eager_cache)
+        out = bound(y)
+        held.append((out, expected))
+    for out, expected in held:  # each held output kept its own numbers
+        torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(cache, eager_cache)
+    assert runner.counters.eager_calls == 0
+    assert runner.counters.replays >= 1
+
+
 def test_four_shapes_with_reuse_hold_about_the_largest(device: torch.device) -> None:
     largest = _pool_bytes(CAPTURE_NOW, ROWS[:1], device)
     shared = _pool_bytes(CAPTURE_NOW, ROWS, device)
