@@ -89,11 +89,45 @@ def test_the_layout_check_holds_with_or_without_dynamos_tensor_check(
     bound = runner.bind(x, w, b)
     y = torch.randn(4, 8)
     torch.testing.assert_close(bound(y), affine(y, w, b), rtol=0, atol=0)
+    # Either way a fitting call replays without the runner's own path (no key built).
+    layout = runner._layout
+    assert layout is not None
+    monkeypatch.setattr(layout, "key", _no_key)
+    torch.testing.assert_close(bound(y), affine(y, w, b), rtol=0, atol=0)
+    monkeypatch.undo()
     with pytest.raises(InputLayoutError):
         bound(torch.zeros(4, 8, dtype=torch.float16))
     # A difference the copy does not care about goes through the runner: right, never refused.
     z = torch.randn(4, 8, requires_grad=True)
     torch.testing.assert_close(bound(z), affine(z.detach(), w, b), rtol=0, atol=0)
+
+
+def _no_key(args: tuple[Any, ...]) -> Any:
+    raise AssertionError("the runner's key was built for a call of a bound graph")
+
+
+def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x @ w
+
+
+@pytest.mark.parametrize("guards", ["dynamo", "maps"])
+def test_a_call_under_another_autocast_state_takes_the_runners_path(
+    guards: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if guards == "maps":
+        monkeypatch.setattr(_bound, "_TensorGuards", None)
+    runner = GraphRunner(matmul, input_kinds=[U, P])
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    runner(x, w)
+    bound = runner.bind(x, w)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = bound(x)
+        expected = matmul(x, w)
+    assert expected.dtype == torch.bfloat16
+    assert out.dtype == torch.bfloat16  # not the float32 graph bound outside autocast
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert runner.counters.captures == 2  # the runner captured the autocast call as its own key
+    torch.testing.assert_close(bound(x), matmul(x, w), rtol=0, atol=0)  # and back outside
 
 
 def test_a_held_output_is_never_overwritten() -> None:

@@ -5,9 +5,10 @@ before it calls, as vLLM's graph dispatcher does): the graph is chosen once, at
 :meth:`GraphRunner.bind`, so a call skips what a runner call does to find it (the key, the
 watched addresses, the call paths). What keeps it right is what stays on the call's path:
 
-- the USER tensors must have the shapes, dtypes and strides the graph was captured with, one C
-  comparison each, since the batched input copy would broadcast a smaller tensor and cast
-  another dtype without a word;
+- the USER tensors must have the shapes, dtypes and strides the graph was captured with (one C
+  call, Dynamo's tensor check), since the batched input copy would broadcast a smaller tensor
+  and cast another dtype without a word; a call under another autocast state than the graph's
+  goes through the runner, whose key tells them apart;
 - the handed-out outputs are checked for liveness as on every replay: where one (or a view of
   one) is still in use, or another graph of the pool lent out memory still in use, the call
   goes through the runner, which never overwrites memory a live tensor uses;
@@ -29,17 +30,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from npu_mempool._entry import Entry
+from npu_mempool._keys import autocast_state
 from npu_mempool.errors import InputLayoutError
 
 if TYPE_CHECKING:
     from npu_mempool._runner import GraphRunner
 
 __all__ = ["BoundGraph"]
-
-
-def _always_false(*inputs: Any) -> bool:
-    """No C check: every call takes the maps' check."""
-    return False
 
 
 try:
@@ -56,6 +53,7 @@ _size = torch._C.TensorBase.size
 _stride = torch._C.TensorBase.stride
 _dtype = operator.attrgetter("dtype")
 _data_ptr = torch._C.TensorBase.data_ptr
+_any_autocast = torch._C._is_any_autocast_enabled
 
 
 class BoundGraph:
@@ -79,6 +77,7 @@ class BoundGraph:
     __slots__ = (
         "__weakref__",
         "_args",
+        "_autocast",
         "_call",
         "_dtypes",
         "_entry",
@@ -135,7 +134,7 @@ class BoundGraph:
         self._sizes = tuple(map(_size, picked))
         self._strides = tuple(map(_stride, picked))
         self._dtypes = tuple(map(_dtype, picked))
-        self._guards: Callable[..., bool] = _always_false
+        self._guards: Callable[..., bool] = self._same_layout
         if _TensorGuards is not None:
             try:
                 self._guards = _TensorGuards(
@@ -144,7 +143,10 @@ class BoundGraph:
                     dynamic_dims_strides=[list(s) for s in self._strides],
                 ).check
             except Exception:  # its signature moved: the maps decide
-                self._guards = _always_false
+                self._guards = self._same_layout
+        # The autocast state the graph was captured under (its key holds it, and bind() found
+        # the graph under the state of now): a call under another state takes the runner's path.
+        self._autocast = autocast_state() if _any_autocast() else ()
         # What Entry.claim reads of a call: its USER tensors come first, then the tensors used
         # in place, so that the positions are fixed and a call builds one tuple.
         self._pinned = tuple(self._args[i] for i in pinned)
@@ -167,11 +169,13 @@ class BoundGraph:
             fits = self._guards(*inputs)
         except TypeError:  # another number of arguments, or not tensors
             fits = False
+        if fits and (self._autocast or _any_autocast()):
+            fits = autocast_state() == self._autocast
         if not fits:
-            # Something differs from the bound tensors: the layout (refused), or only what the
-            # copy does not care about (requires_grad, the device of a tensor copied in): the
-            # runner's own path then decides.
-            if not self._same_layout(inputs):
+            # Something differs from the bound call: the layout (refused), or what the runner
+            # tells apart itself (the autocast state) or the copy does not care about
+            # (requires_grad, the device of a tensor copied in): the runner's path decides.
+            if not self._same_layout(*inputs):
                 raise self._mismatch(inputs)
             with self._lock:
                 return self._through_runner(inputs)
@@ -188,7 +192,7 @@ class BoundGraph:
                 return entry.replay(self._args, inputs)
             return self._through_runner(inputs)
 
-    def _same_layout(self, inputs: tuple[Any, ...]) -> bool:
+    def _same_layout(self, *inputs: Any) -> bool:
         try:
             return (
                 tuple(map(_size, inputs)) == self._sizes
