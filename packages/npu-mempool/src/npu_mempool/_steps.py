@@ -176,25 +176,6 @@ def release_step(thread: int) -> None:
     _held.discard(thread)
 
 
-class _Found:
-    """torch's step marker and Dynamo's generation counter, kept once their modules are imported.
-
-    Read on every hand-out: looked up in ``sys.modules`` until found (neither is imported here:
-    a program that never compiles never loads them), then read directly.
-    """
-
-    __slots__ = ("box", "tracker")
-
-    def __init__(self) -> None:
-        self.box: Any = None
-        self.tracker: Any = None
-
-
-_found = _Found()
-_INDUCTOR_STEPS = "torch._inductor.cudagraph_trees"
-_DYNAMO_GENERATIONS = "torch._dynamo.mutation_guard"
-
-
 def step_token(per_call: bool = False) -> StepToken:
     """The current step of the calling thread, recorded with every hand-out.
 
@@ -204,17 +185,11 @@ def step_token(per_call: bool = False) -> StepToken:
     # Once per replay: the counters are read inline (steps_ended reads the same).
     steps = _local
     thread = threading.get_ident()
-    box = _found.box
-    if box is None:
-        box = _found.box = getattr(sys.modules.get(_INDUCTOR_STEPS), "MarkStepBox", None)
-    torchs = getattr(box, "mark_step_counter", 0)
+    box = getattr(sys.modules.get("torch._inductor.cudagraph_trees"), "MarkStepBox", None)
+    torchs = int(getattr(box, "mark_step_counter", 0))
     if per_call and steps.depth == 0:
-        tracker = _found.tracker
-        if tracker is None:
-            tracker = _found.tracker = getattr(
-                sys.modules.get(_DYNAMO_GENERATIONS), "GenerationTracker", None
-            )
-        generation = getattr(tracker, "generation", 0)
+        guard = sys.modules.get("torch._dynamo.mutation_guard")
+        generation = int(getattr(getattr(guard, "GenerationTracker", None), "generation", 0))
         if generation != steps.generation and thread not in _held:
             steps.generation = generation
             steps.call += 1
@@ -236,10 +211,8 @@ def steps_ended(tokens: Iterable[StepToken], by_call: bool) -> bool:
     # Asked on every call that finds its graph's outputs held: one frame, the counters read inline.
     steps = _local
     thread = threading.get_ident()
-    box = _found.box
-    if box is None:
-        box = _found.box = getattr(sys.modules.get(_INDUCTOR_STEPS), "MarkStepBox", None)
-    torchs = getattr(box, "mark_step_counter", 0)
+    box = getattr(sys.modules.get("torch._inductor.cudagraph_trees"), "MarkStepBox", None)
+    torchs = int(getattr(box, "mark_step_counter", 0))
     call = -1  # the call step, read at the first token that needs it
     for owner, marked, torch_step, call_step in tokens:
         if torch_step != torchs or (owner == thread and marked != steps.marked):
@@ -248,12 +221,9 @@ def steps_ended(tokens: Iterable[StepToken], by_call: bool) -> bool:
             return False
         if call < 0:
             if steps.depth == 0:
-                tracker = _found.tracker
-                if tracker is None:
-                    tracker = _found.tracker = getattr(
-                        sys.modules.get(_DYNAMO_GENERATIONS), "GenerationTracker", None
-                    )
-                generation = getattr(tracker, "generation", 0)
+                guard = sys.modules.get("torch._dynamo.mutation_guard")
+                tracker = getattr(guard, "GenerationTracker", None)
+                generation = int(getattr(tracker, "generation", 0))
                 if generation != steps.generation and thread not in _held:
                     steps.generation = generation
                     steps.call += 1
