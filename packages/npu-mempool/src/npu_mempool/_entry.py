@@ -110,7 +110,6 @@ class Entry:
         "_replay_graph",
         "_stale",
         "_storages",
-        "_user",
         "coexists",
         "epoch",
         "graph",
@@ -168,15 +167,14 @@ class Entry:
         # graph still serves the caller's tensors; once one died, the graph is stale. None:
         # liveness cannot tell (an output pins a MUTATED input).
         self.storages = storages
-        # The input copy: the call's USER tensors (picked by position) into the static buffers.
-        self._user = tuple(user)
-        # The USER tensors of a call as a tuple, in one C call (an itemgetter of one index would
-        # return the item itself: a slice of one keeps it a tuple).
+        # The input copy: the call's USER tensors (picked by position, as a tuple in one C call:
+        # an itemgetter of one index would return the item itself, a slice of one keeps it a
+        # tuple) into the static buffers.
         self._pick: Callable[[tuple[Any, ...]], tuple[Any, ...]] = (
-            operator.itemgetter(*self._user)
-            if len(self._user) > 1
+            operator.itemgetter(*user)
+            if len(user) > 1
             else operator.itemgetter(slice(user[0], user[0] + 1))
-            if self._user
+            if user
             else _nothing
         )
         self._dst = dst

@@ -59,8 +59,8 @@ class Padding:
         for arg, dim in self.tensor_dims:
             tensor = args[arg]
             rows = tensor.shape[dim]
-            shape = list(tensor.shape)
             if not rows:
+                shape = list(tensor.shape)
                 shape[dim] = size
                 padded[arg] = tensor.new_zeros(shape)
                 continue
@@ -75,6 +75,7 @@ class Padding:
             if missing <= _REPEATED:
                 grown = torch.cat((tensor, *(first,) * missing), dim)
             else:
+                shape = list(tensor.shape)
                 shape[dim] = missing
                 grown = torch.cat((tensor, first.expand(shape)), dim)
             padded[arg] = grown.contiguous()
