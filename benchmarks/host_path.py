@@ -715,11 +715,11 @@ def judge(
         },
         # Through torch.compile without Dynamo's guards: no goal of its own (Dynamo's frame
         # evaluation alone is several times the floor), measured for comparison.
+        # "met" is None: a figure, which goals_met leaves out.
         "unguarded_over_floor": {
-            "goal": f"npu_compile_unguarded <= {UNGUARDED_OVER_FLOOR_RATIO:g} x floor",
+            "goal": None,
             "ratio": unguarded,
-            "limit_ratio": UNGUARDED_OVER_FLOOR_RATIO,
-            "met": unguarded <= UNGUARDED_OVER_FLOOR_RATIO,
+            "met": None,
             # What turning the guards off saves, and what is left over Dynamo's own least path.
             "saved_us": paired(samples, "npu_compile", "npu_compile_unguarded"),
             "over_dynamo_floor_us": paired(samples, "npu_compile_unguarded", "dynamo_floor"),
@@ -765,7 +765,7 @@ GOAL_LABELS = {
     "runner_over_floor": "runner - floor ≤ 3 µs",
     "runner_py_calls_per_replay": "runner: ≤ 10 Python calls per replay",
     "bound_over_floor": "bound graph (no guards, no key) ≤ 1.5x the floor",
-    "unguarded_over_floor": "npu_compile (no guards) ≤ 1.5x the floor",
+    "unguarded_over_floor": "npu_compile (no guards) / the floor (a figure, no goal)",
 }
 
 
@@ -776,10 +776,9 @@ def _goal_cell(goal: dict[str, Any]) -> str:
             f"{goal['ratio']:.1f}x: {verdict} ({goal['over_us']:+.1f} µs over the floor; "
             f"{goal['runner_over_bound_us']:.1f} µs less than the runner)"
         )
-    if "limit_ratio" in goal:
-        verdict = "met" if goal["met"] else "**missed**"
+    if "saved_us" in goal:
         return (
-            f"{goal['ratio']:.1f}x: {verdict} (the guards cost {goal['saved_us']:.1f} µs; "
+            f"{goal['ratio']:.1f}x (the guards cost {goal['saved_us']:.1f} µs; "
             f"{goal['over_dynamo_floor_us']:+.1f} µs over dynamo_floor)"
         )
     if "over_us" in goal:
@@ -915,6 +914,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         goal["met"]
         for workload in results["workloads"].values()
         for goal in workload["goals"].values()
+        if goal["met"] is not None
     )
     path = write_json(args.out / "host_path.json", results)
     print(
