@@ -103,8 +103,9 @@ class Padding:
             cut.add(id(tensor))
             # Each batch row is ``g`` consecutive entries of the dimension (``B * g``).
             rows = tensor.shape[spec.dim] // size * batch
-            if tensor.untyped_storage().nbytes() == 0:
-                # An empty output is the runner's own static tensor, not a hand-out copy.
+            if not tensor.numel() and tensor.untyped_storage().nbytes() == 0:
+                # An empty output is the runner's own static tensor, not a hand-out copy (asked
+                # of empty tensors alone: a storage object per output costs a call's host time).
                 flat[i] = tensor.narrow(spec.dim, 0, rows)
                 continue
             shape = list(tensor.shape)
