@@ -506,14 +506,19 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "store (bounded waits, where a collective would hang on a node without the check)",
     ),
     PrivateApi(
-        "torch.utils._pytree.tree_flatten",
+        "torch.utils._pytree.tree_leaves",
         "pytree",
-        "vllm/_graph_wrapper.py flattens a piecewise graph's outputs",
+        "vllm/_graph_wrapper.py flattens a piece's keyword or nested arguments",
+    ),
+    PrivateApi(
+        "torch.utils._pytree.tree_structure",
+        "pytree",
+        "vllm/_graph_wrapper.py records a piece's argument structure when it makes a runner",
     ),
     PrivateApi(
         "torch.utils._pytree.tree_unflatten",
         "pytree",
-        "vllm/_graph_wrapper.py rebuilds a piecewise graph's outputs",
+        "vllm/_graph_wrapper.py rebuilds a piece's arguments for a capture",
     ),
     PrivateApi(
         "torch.utils._pytree.TreeSpec",
