@@ -56,14 +56,14 @@ def counted(block: _Block) -> Iterator[tuple[_Block, list[int]]]:
 
 
 def _step(
-    wrapper: Any, config: VllmConfig, mode: CUDAGraphMode, tokens: int, *args: Any
+    wrapper: Any, config: VllmConfig, mode: CUDAGraphMode, tokens: int, *args: Any, **kwargs: Any
 ) -> torch.Tensor:
     descriptor = BatchDescriptor(num_tokens=tokens)
     with (
         torch.no_grad(),
         set_forward_context(None, config, cudagraph_runtime_mode=mode, batch_descriptor=descriptor),
     ):
-        out: torch.Tensor = wrapper(*args)
+        out: torch.Tensor = wrapper(*args, **kwargs)
         return out.clone()
 
 
@@ -132,18 +132,11 @@ def test_wrapper_flattens_nothing_per_step_for_flat_arguments(
     assert npu_compile.vllm.worker_stats()["replays"] - before["replays"] == 3
 
     # Keyword arguments are flattened as before: the same leaves replay the same graph.
-    descriptor = BatchDescriptor(num_tokens=4)
-    with (
-        torch.no_grad(),
-        set_forward_context(
-            None,
-            vllm_config,
-            cudagraph_runtime_mode=CUDAGraphMode.FULL,
-            batch_descriptor=descriptor,
-        ),
-    ):
+    with torch.no_grad():
         expected = block(x, positions)
-        torch.testing.assert_close(wrapper(x, positions=positions).clone(), expected)
+    torch.testing.assert_close(
+        _step(wrapper, vllm_config, CUDAGraphMode.FULL, 4, x, positions=positions), expected
+    )
     assert flattened
     assert wrapper.num_graphs == 1
 
