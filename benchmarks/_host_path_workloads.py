@@ -30,6 +30,8 @@ class Workload:
         dynamic: ``torch.compile``'s ``dynamic`` for every compiled row.
         config: What npu_compile's rows set on a fresh ``CompilerConfig``.
         padded: Whether npu_compile pads the call's batch up to a capture size.
+        held: Whether each call's output is held into the next call (``out = f(x)``), as in
+            every loop that keeps its result; otherwise the output is dropped at once.
     """
 
     name: str
@@ -39,6 +41,7 @@ class Workload:
     dynamic: bool | None = None
     config: Callable[[npu_compile.CompilerConfig], None] = field(default=lambda config: None)
     padded: bool = False
+    held: bool = False
 
     def compiler_config(self) -> npu_compile.CompilerConfig:
         config = npu_compile.CompilerConfig()
@@ -178,6 +181,12 @@ def _workloads() -> dict[str, Workload]:
             dynamic=True,
             config=_capture_sizes,
             padded=True,
+        ),
+        Workload(
+            "held",
+            "the MLP, each call's output held into the next call (out = f(x))",
+            make_mlp,
+            held=True,
         ),
         Workload(
             "breaks",

@@ -145,6 +145,38 @@ def test_a_held_output_is_never_overwritten() -> None:
     assert runner.num_paths > 1
 
 
+def test_the_out_equals_bound_of_x_loop_takes_the_two_call_paths_in_turn_without_the_runner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every call holds the previous output (out = bound(x)): once the runner has a second call
+    # path, the bound graph replays the key's graph on whichever path is free, and a call never
+    # pays the runner's key, addresses and dispatch again.
+    runner, w, b = _affine_runner()
+    xs = [torch.randn(4, 8) for _ in range(8)]
+    runner(xs[0], w, b)
+    bound = runner.bind(xs[0], w, b)
+    out = bound(xs[0])
+    out = bound(xs[1])  # the first output still held: a second call path is captured
+    assert (runner.num_paths, runner.num_graphs) == (2, 2)
+    through: list[tuple[Any, ...]] = []
+    real = GraphRunner.__call__
+
+    def counted(self: GraphRunner, *args: Any) -> Any:
+        through.append(args)
+        return real(self, *args)
+
+    monkeypatch.setattr(GraphRunner, "__call__", counted)
+    replays = runner.counters.replays
+    for x in xs[2:]:
+        previous, kept = out, out.clone()
+        out = bound(x)
+        torch.testing.assert_close(out, affine(x, w, b), rtol=0, atol=0)
+        torch.testing.assert_close(previous, kept, rtol=0, atol=0)  # held: not overwritten
+    assert through == []
+    assert runner.counters.replays == replays + 6
+    assert (runner.num_paths, runner.num_graphs, runner.counters.captures) == (2, 2, 2)
+
+
 def test_outputs_of_ended_steps_are_taken_back_as_through_the_runner() -> None:
     runner, w, b = _affine_runner(keep_held_outputs=False)
     x = torch.randn(4, 8)

@@ -174,6 +174,30 @@ def test_the_out_equals_f_of_x_loop_takes_back_the_previous_output_in_few_python
     )
 
 
+def test_the_out_equals_f_of_x_loop_on_two_call_paths_asks_the_held_graph_last() -> None:
+    # for x in data: out = f(x), every held output kept (GraphRunner's default): the runner has
+    # two call paths and every call finds the graph it did not replay last free. It asks that
+    # one first, so that no call opens the take-back attempt of the held graph's outputs.
+    runner = GraphRunner(scale)
+    function = runner.as_function()
+    data = [torch.randn(4) for _ in range(8)]
+    out: Any = None
+    for x in data[:4]:  # captures, captures a second call path, replays on each
+        out = function(x)
+    assert (runner.num_paths, runner.num_graphs, runner.counters.replays) == (2, 2, 2)
+    for x in data[4:]:
+        previous, kept = out, out.clone()
+        counted = Counted(scale)
+        out = counted.call(function, x)
+        torch.testing.assert_close(out, scale(x), rtol=0, atol=0)
+        torch.testing.assert_close(previous, kept, rtol=0, atol=0)  # held: not overwritten
+        assert (counted.user_inside, counted.user_outside) == (1, 0), "not the graph's replay"
+        assert not [f for f in counted.frames if f.endswith(("_release", "steps_ended"))], (
+            f"the held graph was asked first: {', '.join(counted.frames)}"
+        )
+    assert (runner.num_paths, runner.num_graphs, runner.counters.replays) == (2, 2, 6)
+
+
 def _affine(h: torch.Tensor) -> torch.Tensor:
     return h * 2 + 1
 

@@ -11,7 +11,10 @@ watched addresses, the call paths). What keeps it right is what stays on the cal
   goes through the runner, whose key tells them apart;
 - the handed-out outputs are checked for liveness as on every replay: where one (or a view of
   one) is still in use, or another graph of the pool lent out memory still in use, the call
-  goes through the runner, which never overwrites memory a live tensor uses;
+  replays the key's graph on another call path of the runner if one is free (a loop
+  ``out = bound(x)`` holds the previous output during the call: its calls take the runner's two
+  call paths in turn), and otherwise goes through the runner, which never overwrites memory a
+  live tensor uses;
 - the tensors used in place (PARAMETER and MUTATED arguments) are the bound ones, held with
   their storages for the bound graph's life: the graph can never read freed memory. They are
   updated in place (``copy_``, ``load_state_dict``, an ``index_copy_`` into a KV cache); a
@@ -66,9 +69,10 @@ class BoundGraph:
     checks and what it leaves to the caller (tensors used in place are updated in place).
 
     Where the bound graph cannot replay now (an output it handed out is still in use, the runner
-    let the graph go, ``force_recapture``), the call is made through the runner with the bound
-    arguments, with everything a runner call does (a capture on another call path included),
-    and the bound graph follows the runner's new graph for the key once its own is gone.
+    let the graph go, ``force_recapture``), the call replays the key's graph on another of the
+    runner's call paths if that one is free, or else is made through the runner with the bound
+    arguments, with everything a runner call does (a capture on another call path included);
+    the bound graph then follows the graphs the runner holds for the key.
 
     Attributes:
         name: The runner's name.
@@ -80,7 +84,7 @@ class BoundGraph:
         "_autocast",
         "_call",
         "_dtypes",
-        "_entry",
+        "_entries",
         "_guards",
         "_key",
         "_lock",
@@ -100,7 +104,7 @@ class BoundGraph:
     def __init__(
         self,
         runner: GraphRunner,
-        entry: Entry,
+        entries: Sequence[Entry],
         args: tuple[Any, ...],
         *,
         user: Sequence[int],
@@ -112,11 +116,12 @@ class BoundGraph:
     ) -> None:
         self.name = runner.name
         self._runner = runner
-        # Weakly: a graph the runner let go of must not keep its pool memory for the bound
-        # graph's sake (its static buffers), and must never replay again.
-        self._entry = weakref.ref(entry)
-        self._key = entry.key
-        self._ptrs = entry.ptrs
+        # The key's graphs on the runner's call paths, weakly: a graph the runner let go of must
+        # not keep its pool memory for the bound graph's sake (its static buffers), and must
+        # never replay again.
+        self._entries = tuple(map(weakref.ref, entries))
+        self._key = entries[0].key
+        self._ptrs = entries[0].ptrs
         self._user = tuple(user)
         self._watched = tuple(watched)
         picked = [args[i] for i in self._user]
@@ -180,16 +185,23 @@ class BoundGraph:
             with self._lock:
                 return self._through_runner(inputs)
         with self._lock:
-            entry = self._entry()
-            user, pinned = self._call
-            if (
-                entry is not None
-                and entry.live
-                and not self._recapture
-                and entry.claim(self._owner, inputs + self._pinned, user, pinned)
-            ):
-                self._runner.counters.replays += 1
-                return entry.replay(self._args, inputs)
+            if not self._recapture:
+                user, pinned = self._call
+                entries = self._entries
+                for ref in entries:
+                    entry = ref()
+                    if (
+                        entry is not None
+                        and entry.live
+                        and entry.claim(self._owner, inputs + self._pinned, user, pinned)
+                    ):
+                        if len(entries) > 1:
+                            # The graph just replayed goes last: a caller holding its outputs
+                            # into the next call finds the other graph free at the first try.
+                            i = entries.index(ref) + 1
+                            self._entries = entries[i:] + entries[:i]
+                        self._runner.counters.replays += 1
+                        return entry.replay(self._args, inputs)
             return self._through_runner(inputs)
 
     def _same_layout(self, *inputs: Any) -> bool:
@@ -212,16 +224,16 @@ class BoundGraph:
         return tuple(map(_data_ptr, self._originals)) == self._ptrs
 
     def _through_runner(self, inputs: tuple[torch.Tensor, ...]) -> Any:
-        """The call through the runner, with the bound arguments; follow its graph if ours went."""
+        """The call through the runner, with the bound arguments; follow the key's graphs."""
         args = list(self._args)
         for position, tensor in zip(self._user, inputs, strict=True):
             args[position] = tensor
         result = self._runner(*args)
-        entry = self._entry()
-        if entry is None or not entry.live:
-            found = self._runner._graph_for(self._key, self._ptrs)
-            if found is not None:
-                self._entry = weakref.ref(found)
+        # The runner may have captured the key on a new call path, or again in place of a graph
+        # it let go of: the bound graph replays whichever of them is free from now on.
+        found = self._runner._graphs_for(self._key, self._ptrs)
+        if found:
+            self._entries = tuple(map(weakref.ref, found))
         return result
 
     def _mismatch(self, inputs: tuple[Any, ...]) -> InputLayoutError:

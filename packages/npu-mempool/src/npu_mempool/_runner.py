@@ -157,6 +157,9 @@ class GraphRunner:
         self._specialized: dict[Hashable, Callable[..., Any]] = {}
         self._layout: Layout | None = None
         self._eager = False
+        # The id of the graph the last replay used (0: none yet): the dispatch asks it last.
+        # An id, not a reference: the runner must not keep a graph it let go of alive.
+        self._last = 0
         # Parameter-moved captures since the replay count was last seen to move (see
         # _parameters_keep_moving).
         self._moves = 0
@@ -219,6 +222,11 @@ class GraphRunner:
             if self._force_recapture:
                 return self._recapture(key, args)
             missing = None
+            # With several call paths, the graph that replayed last is asked last: a caller that
+            # holds its outputs into this call (``out = runner(x)``) finds another path's graph
+            # free at once, without the take-back attempt of a held graph.
+            deferred = None
+            last = self._last if len(self._paths) > 1 else 0
             for path in self._paths:
                 found = None
                 for entry in path.entries.get(key, ()):
@@ -230,12 +238,21 @@ class GraphRunner:
                     if missing is None:
                         missing = path
                     continue
+                if id(found) == last:
+                    deferred = found
+                    continue
                 # Where its memory is in use, outputs of ended steps may give it back (_steps), the
                 # ones this call passes in read first (_entry.Reclaim).
                 if found.claim(self._owner, args, layout.user, layout.pinned):
+                    self._last = id(found)
                     self.counters.replays += 1
                     return found.replay(args)
                 # Still in use: try the next call path.
+            if deferred is not None and deferred.claim(
+                self._owner, args, layout.user, layout.pinned
+            ):
+                self.counters.replays += 1
+                return deferred.replay(args)
             if missing is None:
                 missing = self._call_paths.add_path(self.name)
             else:
@@ -285,14 +302,14 @@ class GraphRunner:
             except _LAYOUT_ERRORS as exc:
                 raise self._layout_error(args) from exc
             self._check_layout(layout, args)
-            entry = self._graph_for(key, ptrs)
-            if entry is None:
+            entries = self._graphs_for(key, ptrs)
+            if not entries:
                 raise self._nothing_bound(
                     "runs this key eagerly" if key in self._failed else "holds no graph for them"
                 )
             return BoundGraph(
                 self,
-                entry,
+                entries,
                 args,
                 user=layout.user,
                 pinned=layout.pinned,
@@ -302,13 +319,15 @@ class GraphRunner:
                 force_recapture=self._force_recapture,
             )
 
-    def _graph_for(self, key: Hashable, ptrs: tuple[int, ...]) -> Entry | None:
-        """The first graph held for ``key`` and these watched addresses, on any call path."""
+    def _graphs_for(self, key: Hashable, ptrs: tuple[int, ...]) -> list[Entry]:
+        """The graphs held for ``key`` and these watched addresses, one per call path at most."""
+        found = []
         for path in self._paths:
             for entry in path.entries.get(key, ()):
                 if entry.ptrs == ptrs and entry.live:
-                    return entry
-        return None
+                    found.append(entry)
+                    break
+        return found
 
     def _nothing_bound(self, why: str) -> CaptureError:
         return CaptureError(

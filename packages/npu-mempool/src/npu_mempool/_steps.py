@@ -60,6 +60,13 @@ class _ThreadSteps(threading.local):
 
 _local = _ThreadSteps()
 
+#: Read on every hand-out (step_token), bound once: the interpreter's module table (the dict
+#: itself, which Python never replaces) and torch's modules that hold its step counters.
+_modules = sys.modules
+_get_ident = threading.get_ident
+_TREES = "torch._inductor.cudagraph_trees"
+_MUTATION_GUARD = "torch._dynamo.mutation_guard"
+
 #: Threads whose step is held open (hold_step): a top-level call begins no step for them. A set
 #: of thread ids, not a thread-local: the backward that releases it may run in another thread.
 _held: set[int] = set()
@@ -182,14 +189,25 @@ def step_token(per_call: bool = False) -> StepToken:
     Args:
         per_call: The runner takes back outputs at top-level calls (the call step is current).
     """
-    # Once per replay: the counters are read inline (steps_ended reads the same).
+    # Once per replay: the counters are read inline (steps_ended reads the same). torch's
+    # modules are looked up, not imported (importing them costs seconds); while one is not
+    # loaded its counter is 0, without a getattr on None, which raises and catches an
+    # AttributeError inside (two thirds of the token's time).
     steps = _local
-    thread = threading.get_ident()
-    box = getattr(sys.modules.get("torch._inductor.cudagraph_trees"), "MarkStepBox", None)
-    torchs = int(getattr(box, "mark_step_counter", 0))
+    thread = _get_ident()
+    trees = _modules.get(_TREES)
+    torchs = (
+        0
+        if trees is None
+        else int(getattr(getattr(trees, "MarkStepBox", None), "mark_step_counter", 0))
+    )
     if per_call and steps.depth == 0:
-        guard = sys.modules.get("torch._dynamo.mutation_guard")
-        generation = int(getattr(getattr(guard, "GenerationTracker", None), "generation", 0))
+        guard = _modules.get(_MUTATION_GUARD)
+        generation = (
+            0
+            if guard is None
+            else int(getattr(getattr(guard, "GenerationTracker", None), "generation", 0))
+        )
         if generation != steps.generation and thread not in _held:
             steps.generation = generation
             steps.call += 1
@@ -210,9 +228,13 @@ def steps_ended(tokens: Iterable[StepToken], by_call: bool) -> bool:
     """
     # Asked on every call that finds its graph's outputs held: one frame, the counters read inline.
     steps = _local
-    thread = threading.get_ident()
-    box = getattr(sys.modules.get("torch._inductor.cudagraph_trees"), "MarkStepBox", None)
-    torchs = int(getattr(box, "mark_step_counter", 0))
+    thread = _get_ident()
+    trees = _modules.get(_TREES)
+    torchs = (
+        0
+        if trees is None
+        else int(getattr(getattr(trees, "MarkStepBox", None), "mark_step_counter", 0))
+    )
     call = -1  # the call step, read at the first token that needs it
     for owner, marked, torch_step, call_step in tokens:
         if torch_step != torchs or (owner == thread and marked != steps.marked):
@@ -221,9 +243,12 @@ def steps_ended(tokens: Iterable[StepToken], by_call: bool) -> bool:
             return False
         if call < 0:
             if steps.depth == 0:
-                guard = sys.modules.get("torch._dynamo.mutation_guard")
-                tracker = getattr(guard, "GenerationTracker", None)
-                generation = int(getattr(tracker, "generation", 0))
+                guard = _modules.get(_MUTATION_GUARD)
+                generation = (
+                    0
+                    if guard is None
+                    else int(getattr(getattr(guard, "GenerationTracker", None), "generation", 0))
+                )
                 if generation != steps.generation and thread not in _held:
                     steps.generation = generation
                     steps.call += 1
