@@ -123,8 +123,10 @@ def test_an_output_passed_back_in_survives_the_rewind_of_a_new_shape() -> None:
     assert runner.counters.pool_bytes == largest.counters.pool_bytes  # rewound, not stacked
 
 
-def test_an_output_passed_back_in_place_stays_in_use() -> None:
-    # A MUTATED input is updated by the graph in place, at its own address: never taken back.
+@pytest.mark.parametrize("passed", ["itself", "a view of it"])
+def test_an_output_passed_back_in_place_stays_in_use(passed: str) -> None:
+    # A MUTATED input is updated by the graph in place, at its own address: never taken back,
+    # whether the call passes the output itself or a view of its memory.
     def step(x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         state.add_(x)
         return state * 2
@@ -136,7 +138,9 @@ def test_an_output_passed_back_in_place_stays_in_use() -> None:
     for _ in range(3):
         with top_level_call():
             previous = state
-            state = runner(torch.ones(2), previous)  # the old output is this call's state
+            given = previous if passed == "itself" else previous[:]
+            state = runner(torch.ones(2), given)  # the old output is this call's state
+            del given
         assert previous.tolist() == [expected + 1] * 2  # updated in place, never poisoned
         expected = (expected + 1) * 2
         assert state.tolist() == [expected] * 2

@@ -360,10 +360,12 @@ class Entry:
             if storage_uses(cdata) - mine != held.get(cdata, 0):
                 return False  # something else (a view of an output) still uses the memory
         # Decided before anything is touched, so that a call never takes back half the outputs.
-        if pinned and not held.keys().isdisjoint(
-            map(_cdata, map(_untyped_storage, map(args.__getitem__, pinned)))
-        ):
-            return False  # the call uses an output's memory in place (MUTATED or PARAMETER)
+        # The call must not use an output's memory in place (a MUTATED or PARAMETER argument):
+        # one that is a view of an output was counted above (a use beyond the outputs), so what
+        # is left is an output passed itself, told by identity (torch keeps one Python object
+        # per C tensor). No storage object per argument: a decode step pins some sixty.
+        if pinned and not set(map(id, tensors)).isdisjoint(map(id, map(args.__getitem__, pinned))):
+            return False
         passed = set(map(id, map(args.__getitem__, user)))
         for tensor in tensors:
             # Taking back changes the caller's object in place: safe only where nothing but that
@@ -426,10 +428,6 @@ def _nothing(args: tuple[Any, ...]) -> tuple[Any, ...]:
 def _uncounted() -> None:
     """A graph counted in no budget has nothing to give back."""
 
-
-#: ``tensor.untyped_storage()`` and ``storage._cdata`` as C callables (no frame per argument).
-_untyped_storage = operator.methodcaller("untyped_storage")
-_cdata = operator.attrgetter("_cdata")
 
 _MARKED = (
     "this output of graph {name!r} was handed out before a step boundary "
