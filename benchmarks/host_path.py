@@ -1,7 +1,7 @@
 """What a device replay still pays on the host: graph calls whose replay does nothing, on the CPU.
 
     python benchmarks/host_path.py --out DIR [--rounds 25] [--calls 200]
-        [--workloads mlp,decode,padded,breaks] [--profile] [--smoke]
+        [--workloads mlp,decode,padded,held,breaks] [--profile] [--smoke]
 
 On a device, a replay's host cost is what stands between the caller and the queued graph: the
 compiler's wrapper, Dynamo's guards, the runner's key, its liveness check, the input copy and
@@ -12,8 +12,11 @@ nothing. What a call then costs is the host path alone.
 
 Workloads (``_host_path_workloads.py``): ``mlp`` (one input), ``decode`` (a decode step: one
 token, a KV cache per layer written in place, some 60 inputs), ``padded`` (the MLP at batch 3,
-dynamic, npu_compile padding it to the capture size 4) and ``breaks`` (three graphs per call:
-graph breaks between three blocks). One thread, ``torch.no_grad()``.
+dynamic, npu_compile padding it to the capture size 4), ``held`` (the MLP in the loop users
+write, ``out = f(x)``: each call's output is still referenced during the next call; every row,
+the floor included, is called through one wrapper that keeps the result) and ``breaks`` (three
+graphs per call: graph breaks between three blocks). Elsewhere a call's output is dropped at
+once. One thread, ``torch.no_grad()``.
 
 Rows, each called with the same arguments on every call:
 

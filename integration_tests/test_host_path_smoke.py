@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "host_path.py"
 
-WORKLOADS = {"mlp", "decode", "padded", "breaks"}
+WORKLOADS = {"mlp", "decode", "padded", "held", "breaks"}
 ROWS = {
     "floor",
     "runner",
@@ -95,4 +95,4 @@ def test_the_smoke_run_measures_every_row_and_proves_the_replays(tmp_path: Path)
     )
     assert results["workloads"]["breaks"]["graphs"] == 3
     # The Markdown tables went to stdout, one column per workload.
-    assert "| row | mlp | decode | padded | breaks |" in done.stdout
+    assert "| row | mlp | decode | padded | held | breaks |" in done.stdout
