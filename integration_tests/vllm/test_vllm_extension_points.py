@@ -131,14 +131,47 @@ def test_wrapper_flattens_nothing_per_step_for_flat_arguments(
     assert flattened == []
     assert npu_compile.vllm.worker_stats()["replays"] - before["replays"] == 3
 
-    # Keyword arguments are flattened as before: the same leaves replay the same graph.
+    # Keyword arguments are flattened: another structure of the arguments, its own graph.
     with torch.no_grad():
         expected = block(x, positions)
     torch.testing.assert_close(
         _step(wrapper, vllm_config, CUDAGraphMode.FULL, 4, x, positions=positions), expected
     )
     assert flattened
-    assert wrapper.num_graphs == 1
+    assert wrapper.num_graphs == 2
+
+
+class _Mix(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * 2 - b
+
+
+def test_wrapper_keeps_each_argument_in_its_place_whatever_the_structure(
+    vllm_config: VllmConfig,
+) -> None:
+    # Two keyword orders (and a keyword passed by position) with leaves of the same layouts: a
+    # runner of the first structure handed the second call's tensors to the other parameters.
+    mix = _Mix()
+    wrapper = NpuGraphWrapper(mix, vllm_config, CUDAGraphMode.FULL)
+    a, b = torch.zeros(4, 8), torch.zeros(4, 8)
+    calls = [
+        ((), {"a": a, "b": b}),
+        ((), {"b": b, "a": a}),
+        ((a,), {"b": b}),
+        ((a, b), {}),
+    ]
+    before = npu_compile.vllm.worker_stats()
+    for _ in range(3):  # the first round captures, the others replay
+        for args, kwargs in calls:
+            a.copy_(torch.randn(4, 8))
+            b.copy_(torch.randn(4, 8))
+            expected = a * 2 - b
+            got = _step(wrapper, vllm_config, CUDAGraphMode.FULL, 4, *args, **kwargs)
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    after = npu_compile.vllm.worker_stats()
+    assert wrapper.num_graphs == len(calls)
+    assert after["captures"] - before["captures"] == len(calls)
+    assert after["replays"] - before["replays"] == 2 * len(calls)
 
 
 @pytest.mark.parametrize(

@@ -506,9 +506,10 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "store (bounded waits, where a collective would hang on a node without the check)",
     ),
     PrivateApi(
-        "torch.utils._pytree.tree_leaves",
+        "torch.utils._pytree.tree_flatten",
         "pytree",
-        "vllm/_graph_wrapper.py flattens a piece's keyword or nested arguments",
+        "vllm/_graph_wrapper.py flattens a piece's keyword or nested arguments, with their "
+        "structure, which picks the runner",
     ),
     PrivateApi(
         "torch.utils._pytree.tree_structure",

@@ -5,7 +5,8 @@ runtime mode and the batch descriptor in its forward context before each step. T
 (``vllm/compilation/base_static_graph.py``, ``cuda_graph.py``):
 
 * the runtime mode is NONE or another wrapper's mode: call the runnable as it is;
-* otherwise capture once per batch descriptor, and replay afterwards;
+* otherwise capture once per batch descriptor (and structure of the arguments, which vLLM keeps
+  the same for a descriptor), and replay afterwards;
 * vLLM keeps the inputs in persistent buffers (padded to a capture size), so the wrapper copies
   nothing in: inputs are recorded by address, and a new address captures again;
 * the outputs belong to the graph: vLLM may drop them, and the next replay writes them again.
@@ -135,25 +136,32 @@ class NpuGraphWrapper:
         mode = context.cudagraph_runtime_mode
         if mode == self._none or mode != self.runtime_mode:
             return self.runnable(*args, **kwargs)
+        # One runner per batch descriptor and structure of the arguments: a runner calls the
+        # runnable with its leaves put back into the structure of its first call, so a call of
+        # another structure (keywords in another order, a keyword passed by position) with
+        # leaves of the same layouts would otherwise hand each tensor to another parameter.
+        structure: Hashable
         if not kwargs and all(map(isinstance, args, repeat(_LEAVES))):
-            # vLLM calls its pieces with flat positional arguments: they are the leaves already.
-            # Flattening them with pytree on every step of every piece costs about 20 µs for
-            # nine arguments, many times the replay's own host path.
+            # vLLM calls its pieces with flat positional arguments: they are the leaves already,
+            # and their number is their structure. Flattening them with pytree on every step of
+            # every piece costs about 20 µs for nine arguments, many times the replay's own host
+            # path.
             leaves: Sequence[Any] = args
+            structure = len(args)
         else:
-            leaves = pytree.tree_leaves((args, kwargs))
+            leaves, structure = pytree.tree_flatten((args, kwargs))
             if not all(map(isinstance, leaves, repeat(_LEAVES))):
                 # Something the graph key cannot hold (an opaque object): run it as it is.
                 return self.runnable(*args, **kwargs)
-        descriptor = context.batch_descriptor
-        runner = self._runners.get(descriptor)
+        key = (context.batch_descriptor, structure)
+        runner = self._runners.get(key)
         if runner is not None:
             return runner(*leaves)
-        with self._lock:  # one runner per descriptor, also when two threads see it first
-            runner = self._runners.get(descriptor)
+        with self._lock:  # one runner per key, also when two threads see it first
+            runner = self._runners.get(key)
             if runner is None:
                 spec = pytree.tree_structure((args, kwargs))
-                runner = self._runners[descriptor] = self._new_runner(descriptor, leaves, spec)
+                runner = self._runners[key] = self._new_runner(key[0], leaves, spec)
         with _gc_paused(self.gc_disable):
             return runner(*leaves)
 
