@@ -131,13 +131,19 @@ def test_wrapper_flattens_nothing_per_step_for_flat_arguments(
     assert flattened == []
     assert npu_compile.vllm.worker_stats()["replays"] - before["replays"] == 3
 
-    # Keyword arguments are flattened: another structure of the arguments, its own graph.
+    # Flat keyword arguments: another structure of the arguments, its own graph (its runner
+    # records the structure once); its steps flatten nothing either.
     with torch.no_grad():
         expected = block(x, positions)
     torch.testing.assert_close(
         _step(wrapper, vllm_config, CUDAGraphMode.FULL, 4, x, positions=positions), expected
     )
-    assert flattened
+    assert wrapper.num_graphs == 2
+    flattened.clear()
+    torch.testing.assert_close(
+        _step(wrapper, vllm_config, CUDAGraphMode.FULL, 4, x, positions=positions), expected
+    )
+    assert flattened == []
     assert wrapper.num_graphs == 2
 
 
@@ -146,30 +152,40 @@ class _Mix(torch.nn.Module):
         return a * 2 - b
 
 
+class _Nested(torch.nn.Module):
+    def forward(self, pair: dict[str, torch.Tensor]) -> torch.Tensor:
+        return pair["a"] * 2 - pair["b"]
+
+
 def test_wrapper_keeps_each_argument_in_its_place_whatever_the_structure(
     vllm_config: VllmConfig,
 ) -> None:
     # Two keyword orders (and a keyword passed by position) with leaves of the same layouts: a
     # runner of the first structure handed the second call's tensors to the other parameters.
-    mix = _Mix()
-    wrapper = NpuGraphWrapper(mix, vllm_config, CUDAGraphMode.FULL)
     a, b = torch.zeros(4, 8), torch.zeros(4, 8)
-    calls = [
+    calls: list[tuple[NpuGraphWrapper, tuple[Any, ...], dict[str, Any]]] = []
+    mixed = NpuGraphWrapper(_Mix(), vllm_config, CUDAGraphMode.FULL)
+    for args, kwargs in [
         ((), {"a": a, "b": b}),
         ((), {"b": b, "a": a}),
         ((a,), {"b": b}),
         ((a, b), {}),
-    ]
+    ]:
+        calls.append((mixed, args, kwargs))
+    # Nested: a dict argument, its keys in either order (pytree's own structure decides).
+    nested = NpuGraphWrapper(_Nested(), vllm_config, CUDAGraphMode.FULL)
+    calls.append((nested, ({"a": a, "b": b},), {}))
+    calls.append((nested, (), {"pair": {"b": b, "a": a}}))
     before = npu_compile.vllm.worker_stats()
     for _ in range(3):  # the first round captures, the others replay
-        for args, kwargs in calls:
+        for wrapper, args, kwargs in calls:
             a.copy_(torch.randn(4, 8))
             b.copy_(torch.randn(4, 8))
             expected = a * 2 - b
             got = _step(wrapper, vllm_config, CUDAGraphMode.FULL, 4, *args, **kwargs)
             torch.testing.assert_close(got, expected, rtol=0, atol=0)
     after = npu_compile.vllm.worker_stats()
-    assert wrapper.num_graphs == len(calls)
+    assert (mixed.num_graphs, nested.num_graphs) == (4, 2)
     assert after["captures"] - before["captures"] == len(calls)
     assert after["replays"] - before["replays"] == 2 * len(calls)
 

@@ -148,6 +148,15 @@ class NpuGraphWrapper:
             # path.
             leaves: Sequence[Any] = args
             structure = len(args)
+        elif all(map(isinstance, args, repeat(_LEAVES))) and all(
+            map(isinstance, kwargs.values(), repeat(_LEAVES))
+        ):
+            # Flat keywords (a whole model's forward under FULL graphs): pytree's leaves are the
+            # positional values, then the keyword values in their order, and its structure is
+            # told by their number and the keywords' names in that order (a spec built and
+            # hashed per step would cost some 12 µs more).
+            leaves = (*args, *kwargs.values())
+            structure = (len(args), tuple(kwargs))
         else:
             leaves, structure = pytree.tree_flatten((args, kwargs))
             if not all(map(isinstance, leaves, repeat(_LEAVES))):
