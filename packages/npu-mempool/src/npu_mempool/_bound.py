@@ -187,18 +187,18 @@ class BoundGraph:
         with self._lock:
             if not self._recapture:
                 user, pinned = self._call
+                given = inputs + self._pinned
                 entries = self._entries
-                for ref in entries:
+                for i, ref in enumerate(entries, 1):
                     entry = ref()
                     if (
                         entry is not None
                         and entry.live
-                        and entry.claim(self._owner, inputs + self._pinned, user, pinned)
+                        and entry.claim(self._owner, given, user, pinned)
                     ):
                         if len(entries) > 1:
                             # The graph just replayed goes last: a caller holding its outputs
                             # into the next call finds the other graph free at the first try.
-                            i = entries.index(ref) + 1
                             self._entries = entries[i:] + entries[:i]
                         self._runner.counters.replays += 1
                         return entry.replay(self._args, inputs)

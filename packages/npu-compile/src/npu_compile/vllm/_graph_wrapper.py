@@ -141,21 +141,16 @@ class NpuGraphWrapper:
         # another structure (keywords in another order, a keyword passed by position) with
         # leaves of the same layouts would otherwise hand each tensor to another parameter.
         structure: Hashable
-        if not kwargs and all(map(isinstance, args, repeat(_LEAVES))):
-            # vLLM calls its pieces with flat positional arguments: they are the leaves already,
-            # and their number is their structure. Flattening them with pytree on every step of
-            # every piece costs about 20 µs for nine arguments, many times the replay's own host
-            # path.
-            leaves: Sequence[Any] = args
-            structure = len(args)
-        elif all(map(isinstance, args, repeat(_LEAVES))) and all(
+        if all(map(isinstance, args, repeat(_LEAVES))) and all(
             map(isinstance, kwargs.values(), repeat(_LEAVES))
         ):
-            # Flat keywords (a whole model's forward under FULL graphs): pytree's leaves are the
-            # positional values, then the keyword values in their order, and its structure is
-            # told by their number and the keywords' names in that order (a spec built and
-            # hashed per step would cost some 12 µs more).
-            leaves = (*args, *kwargs.values())
+            # Flat arguments (vLLM's pieces get flat positional ones; a whole model's forward
+            # under FULL graphs, flat keywords): pytree's leaves are the positional values, then
+            # the keyword values in their order, and its structure is told by their number and
+            # the keywords' names in that order. Flattening them with pytree on every step of
+            # every piece costs about 20 µs for nine arguments, many times the replay's own host
+            # path (a spec built and hashed per step, some 12 µs more).
+            leaves: Sequence[Any] = (*args, *kwargs.values()) if kwargs else args
             structure = (len(args), tuple(kwargs))
         else:
             leaves, structure = pytree.tree_flatten((args, kwargs))
