@@ -1,13 +1,16 @@
 """Held outputs stay right over every sequence of calls, holds, boundaries, recaptures, failures.
 
 A stateful property test (hypothesis): two runners, alone or sharing a pool, called at several
-shapes, directly or through graphs bound to a shape (``GraphRunner.bind``), with their outputs
-dropped, held whole, held through a view or passed back in; step boundaries;
+shapes, directly or through graphs bound to a shape (``GraphRunner.bind``, with checked or static
+outputs), with their outputs dropped, held whole, held through a view or passed back in; step
+boundaries;
 ``keep_held_outputs`` on and off; ``force_recapture``; captures that fail; a capture limit that
 runs out; resets. After every step:
 
 * each output still held reads the values eager gave for its call, or raises
-  ``StaleOutputError``, and only once a step boundary has passed since it was handed out;
+  ``StaleOutputError``, and only once a step boundary has passed since it was handed out; an
+  output of a static bound graph reads them until the next call (of anything: the contract
+  states no more), and never raises;
 * each pool holds no block but the static buffers of the graphs still kept, including graphs let
   go of while their outputs were held (the bound the README states), and each runner keeps at
   most ``capture_limit`` graphs.
@@ -75,6 +78,8 @@ class RunnerLifecycle(RuleBasedStateMachine):
         self.value = 0.0
         self.limit = 64
         self.bound: list[tuple[int, BoundGraph]] = []
+        # Outputs of static bound graphs: valid until the next call, never taken back.
+        self.static_held: list[Held] = []
 
     def teardown(self) -> None:
         self._backend.__exit__(None, None, None)
@@ -109,12 +114,23 @@ class RunnerLifecycle(RuleBasedStateMachine):
             with top_level_call():
                 out = (bound or runner)(x)
         self.calls += 1
+        # The next call may overwrite what static bound graphs handed out (their contract).
+        self.static_held.clear()
         torch.testing.assert_close(out, expected, rtol=0, atol=0)
         return out
 
-    def _keep(self, out: torch.Tensor, which: int, how: str) -> None:
+    def _keep(self, out: torch.Tensor, which: int, how: str, static: bool = False) -> None:
         expected = out.clone()
         per_call = not self.runners[which].options.keep_held_outputs
+        if static:
+            # Held until the next call, which no step boundary changes: never stale.
+            never = 1 << 30
+            if how != "drop":
+                kept = out if how == "whole" else out[1:]
+                self.static_held.append(
+                    Held(kept, kept.clone(), never, never, False, how == "whole")
+                )
+            return
         if how == "view":
             self.held.append(Held(out[1:], expected[1:], self.marks, self.calls, per_call, False))
         elif how == "whole":
@@ -130,12 +146,12 @@ class RunnerLifecycle(RuleBasedStateMachine):
         out = self._call(which, torch.full((rows, WIDTH), self.value))
         self._keep(out, which, how)
 
-    @rule(which=st.integers(0, 1), rows=st.sampled_from([8, 16, 32]))
-    def bind(self, which: int, rows: int) -> None:
+    @rule(which=st.integers(0, 1), rows=st.sampled_from([8, 16, 32]), static=st.booleans())
+    def bind(self, which: int, rows: int, static: bool) -> None:
         # Bound only where the runner holds a graph for the shape; bound graphs outlive
         # resets, recaptures and failures of their runner's graphs.
         try:
-            bound = self.runners[which].bind(torch.zeros(rows, WIDTH))
+            bound = self.runners[which].bind(torch.zeros(rows, WIDTH), static_outputs=static)
         except CaptureError:
             return
         self.bound.append((which, bound))
@@ -147,7 +163,7 @@ class RunnerLifecycle(RuleBasedStateMachine):
         self.value += 1
         rows = bound._sizes[0][0]
         out = self._call(which, torch.full((rows, WIDTH), self.value), bound)
-        self._keep(out, which, how)
+        self._keep(out, which, how, bound.static_outputs)
 
     @precondition(lambda self: any(h.whole for h in self.held))
     @rule(which=st.integers(0, 1), data=st.data(), how=st.sampled_from(["drop", "whole"]))
@@ -163,7 +179,7 @@ class RunnerLifecycle(RuleBasedStateMachine):
         bound = [b for w, b in self.bound if w == which and b._sizes[0] == held.tensor.shape]
         via = data.draw(st.sampled_from([None, *bound]))
         out = self._call(which, held.tensor, via)
-        self._keep(out, which, how)
+        self._keep(out, which, how, via is not None and via.static_outputs)
 
     @precondition(lambda self: bool(self.held))
     @rule(data=st.data())
@@ -186,6 +202,8 @@ class RunnerLifecycle(RuleBasedStateMachine):
     @invariant()
     def held_outputs_read_eager_values_or_are_stale(self) -> None:
         for held in self.held:
+            held.check(self.marks, self.calls)
+        for held in self.static_held:
             held.check(self.marks, self.calls)
 
     @invariant()

@@ -94,6 +94,7 @@ class BoundGraph:
         "_ptrs",
         "_recapture",
         "_runner",
+        "_sees_autocast",
         "_sizes",
         "_strides",
         "_user",
@@ -140,6 +141,9 @@ class BoundGraph:
         self._strides = tuple(map(_stride, picked))
         self._dtypes = tuple(map(_dtype, picked))
         self._guards: Callable[..., bool] = self._same_layout
+        # Whether the guards see the autocast state of the tensors' device: Dynamo's check
+        # compares their dispatch keys with the thread's, and autocast turns its device's key on.
+        self._sees_autocast = False
         if _TensorGuards is not None:
             try:
                 self._guards = _TensorGuards(
@@ -147,6 +151,7 @@ class BoundGraph:
                     dynamic_dims_sizes=[list(s) for s in self._sizes],
                     dynamic_dims_strides=[list(s) for s in self._strides],
                 ).check
+                self._sees_autocast = True
             except Exception:  # its signature moved: the maps decide
                 self._guards = self._same_layout
         # The autocast state the graph was captured under (its key holds it, and bind() found
@@ -164,6 +169,11 @@ class BoundGraph:
         self._recapture = force_recapture
 
     @property
+    def static_outputs(self) -> bool:
+        """Whether calls return the graph's own outputs, overwritten by the next call."""
+        return False
+
+    @property
     def runner(self) -> GraphRunner:
         """The runner the graph belongs to."""
         return self._runner
@@ -174,16 +184,13 @@ class BoundGraph:
             fits = self._guards(*inputs)
         except TypeError:  # another number of arguments, or not tensors
             fits = False
-        if fits and (self._autocast or _any_autocast()):
+        # A graph captured under autocast compares the whole state (dtypes, devices); one captured
+        # without it learns from the guards whether its device's autocast is on (autocast of
+        # another device changes none of its ops), else asks.
+        if fits and (self._autocast or (not self._sees_autocast and _any_autocast())):
             fits = autocast_state() == self._autocast
         if not fits:
-            # Something differs from the bound call: the layout (refused), or what the runner
-            # tells apart itself (the autocast state) or the copy does not care about
-            # (requires_grad, the device of a tensor copied in): the runner's path decides.
-            if not self._same_layout(*inputs):
-                raise self._mismatch(inputs)
-            with self._lock:
-                return self._through_runner(inputs)
+            return self._off_layout(inputs)
         with self._lock:
             if not self._recapture:
                 user, pinned = self._call
@@ -202,6 +209,16 @@ class BoundGraph:
                             self._entries = entries[i:] + entries[:i]
                         self._runner.counters.replays += 1
                         return entry.replay(self._args, inputs)
+            return self._through_runner(inputs)
+
+    def _off_layout(self, inputs: tuple[Any, ...]) -> Any:
+        """A call the guards refused: another layout, or what the runner tells apart itself."""
+        # The layout differs (refused), or what the runner's key tells apart (the autocast
+        # state) or the copy does not care about (requires_grad, the device of a tensor copied
+        # in): the runner's path decides.
+        if not self._same_layout(*inputs):
+            raise self._mismatch(inputs)
+        with self._lock:
             return self._through_runner(inputs)
 
     def _same_layout(self, *inputs: Any) -> bool:

@@ -109,6 +109,7 @@ class Entry:
         "_pool",
         "_replay_graph",
         "_stale",
+        "_static",
         "_storages",
         "coexists",
         "epoch",
@@ -211,6 +212,8 @@ class Entry:
         # The graphs of the pool that lent outputs out (a live view), and this graph alone: while
         # no other graph is recorded there, the pool holds nothing else of this graph's memory.
         self._lent = self.state.lenders()
+        # The graphs whose outputs static bound graphs hold: in use for this one's replays too.
+        self._static = self.state.static_holders()
         self._alone = frozenset((id(self),))
 
     @property
@@ -245,7 +248,7 @@ class Entry:
             map(operator.gt, map(storage_uses, self._storages), self._mine)
         ) and not self._release(owner, args, user, pinned):
             return False
-        if self._lent <= self._alone or not self.state.in_use(self):
+        if (self._lent <= self._alone and not self._static) or not self.state.in_use(self):
             return True  # no other graph of the pool lent anything still in use
         # Off the common path (another graph's outputs are in use): ask again, letting those
         # graphs take back what ended.

@@ -73,10 +73,12 @@ class CaptureOptions:
         clone_output: ``debug.aclgraph.enable_output_clone``. Return clones of the outputs so that a
             caller can hold them across later calls, at the cost of one allocation and copy per
             output per call.
-        check_output_overwrite: Accepted for TorchAir-style configs. Outputs still in use are
-            never overwritten within their step, and reading one overwritten after its step
-            raises :class:`~npu_mempool.StaleOutputError` (see :class:`~npu_mempool.GraphRunner`),
-            so there is nothing left to detect; it changes nothing.
+        check_output_overwrite: Check the callers of static bound graphs
+            (``GraphRunner.bind(static_outputs=True)``): each call hands out new tensors and
+            poisons the previous call's, so reading an output after the next call raises
+            :class:`~npu_mempool.StaleOutputError`; for tests. Elsewhere there is nothing left to
+            detect: outputs still in use are never overwritten within their step, and reading one
+            overwritten after its step raises :class:`~npu_mempool.StaleOutputError`.
         capture_limit: ``debug.aclgraph.static_capture_size_limit``. When a new graph would exceed
             it, the runner warns once, frees its graphs and runs eagerly from then on.
         frozen_parameters: Promise that PARAMETER inputs never change address, which removes their

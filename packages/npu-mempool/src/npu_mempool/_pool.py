@@ -298,6 +298,13 @@ class PoolState:
         # those outputs die or are taken back, so that no rewind or capture hands their memory
         # out. Freed then (see :meth:`in_use`).
         self._retired: dict[int, Lender] = {}
+        # Graphs whose outputs static BoundGraphs hand out (GraphRunner.bind(static_outputs=True)),
+        # by identity (weakly, with the number of such bound graphs), once each was seen free of
+        # any other output in use. Kept apart from _lent: every checked path counts them as
+        # lenders whose outputs are in use, but a static bound graph does not (the outputs of
+        # static bound graphs are valid until the next call of any of the pool's, vLLM's
+        # contract), so its one question before a replay is whether _lent is empty.
+        self._static: dict[int, list[Any]] = {}
         # Rewinds so far: a graph captured before the last one may hold outputs in memory the
         # allocator has since given to later captures (see :meth:`protects_lent_memory`).
         self.epoch = 0
@@ -322,9 +329,42 @@ class PoolState:
         """
         return self._lent.keys()
 
+    def hold_static(self, lender: Lender) -> None:
+        """A static bound graph hands out ``lender``'s outputs from now on (see ``_static``).
+
+        Only once no other output of ``lender`` is in use: its record as a checked lender goes.
+        """
+        held = self._static.get(id(lender))
+        if held is None:
+            self._static[id(lender)] = [weakref.ref(lender), 1]
+        else:
+            held[1] += 1
+        if id(lender) not in self._retired:
+            self._lent.pop(id(lender), None)
+
+    def drop_static(self, lender: Lender) -> None:
+        """One static bound graph of ``lender`` no longer hands out its outputs.
+
+        Where its outputs are still in use (the caller kept one), ``lender`` is a checked lender
+        again, so that nothing overwrites them.
+        """
+        held = self._static.get(id(lender))
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] <= 0:
+            del self._static[id(lender)]
+            if lender.in_use():
+                self._lent[id(lender)] = weakref.ref(lender)
+
+    def static_holders(self) -> KeysView[int]:
+        """The graphs whose outputs static bound graphs hand out: a live view, like lenders()."""
+        return self._static.keys()
+
     def forget(self, lender: Lender) -> None:
         """Stop tracking ``lender`` (it is being freed)."""
         self._lent.pop(id(lender), None)
+        self._static.pop(id(lender), None)
 
     def retire(self, lender: Lender) -> None:
         """Keep ``lender``, which its runner let go of, until its outputs are no longer used.
@@ -340,20 +380,33 @@ class PoolState:
         """Graphs let go of whose outputs are still in use (for tests and diagnostics)."""
         return len(self._retired)
 
-    def in_use(self, but: Lender | None = None) -> bool:
+    def in_use(self, but: Lender | None = None, *, besides_static: bool = False) -> bool:
         """Whether outputs handed out by graphs of this pool (other than ``but``) are alive.
 
         Graphs found idle are forgotten, so the check costs one look per graph still lent out.
+        ``besides_static``: the question of a static bound graph, for which the outputs of the
+        pool's other static bound graphs are not in use (see ``_static``).
         """
         lent = self._lent
+        coexists = but.coexists if but is not None else ()
+        if not besides_static:
+            # The outputs static bound graphs hold are in use for every checked path.
+            for ref, _ in self._static.values():
+                holder = ref()
+                if (
+                    holder is not None
+                    and holder is not but
+                    and not any(other() is holder for other in coexists)
+                ):
+                    return True
         if not lent or (but is not None and len(lent) == 1 and id(but) in lent):
             return False  # nothing lent, or only the graph the caller checked itself
         busy = False
-        coexists = but.coexists if but is not None else ()
+        static = self._static if besides_static else {}
         for ident, ref in list(lent.items()):
             lender = ref()
-            if lender is but:
-                continue  # the caller checked it
+            if lender is but or ident in static:
+                continue  # the caller checked it, or a static bound graph hands it out
             if lender is not None and any(other() is lender for other in coexists):
                 continue  # its live outputs were live when `but` was captured: no overlap
             if lender is None or not lender.in_use() or lender.release_stale():
@@ -367,9 +420,10 @@ class PoolState:
 
     def live_lenders(self) -> tuple[weakref.ref[Any], ...]:
         """The graphs whose handed-out outputs are alive now (asked before a capture)."""
-        return tuple(
+        lent = tuple(
             ref for ref in self._lent.values() if (lender := ref()) is not None and lender.in_use()
         )
+        return lent + tuple(ref for ref, _ in self._static.values() if ref() is not None)
 
     def protects_lent_memory(self) -> bool:
         """Whether the allocator still protects the memory of every output in use.
@@ -384,6 +438,10 @@ class PoolState:
             lender.epoch == self.epoch
             for ref in self._lent.values()
             if (lender := ref()) is not None and lender.in_use()
+        ) and all(
+            holder.epoch == self.epoch
+            for ref, _ in self._static.values()
+            if (holder := ref()) is not None
         )
 
     # -- rewind (mode 2) -----------------------------------------------------------------------

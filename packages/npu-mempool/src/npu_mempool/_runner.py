@@ -30,6 +30,7 @@ from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._paths import CallPath, CallPaths
 from npu_mempool._policy import Action, CapturePolicy, Decision
 from npu_mempool._pool import PoolHandle, state_of
+from npu_mempool._static_bound import StaticBoundGraph
 from npu_mempool._trace import log, profiled, report_capture
 from npu_mempool.errors import CaptureError, ConfigError, InputLayoutError
 
@@ -271,7 +272,7 @@ class GraphRunner:
         call.__name__ = call.__qualname__ = self.name  # type: ignore[attr-defined]
         return call
 
-    def bind(self, *args: Any) -> BoundGraph:
+    def bind(self, *args: Any, static_outputs: bool = False) -> BoundGraph:
         """The graph the runner holds for ``args``, to call with their USER tensors alone.
 
         For engines that pick the captured layout themselves before each call (the batch size
@@ -284,12 +285,31 @@ class GraphRunner:
         Args:
             *args: A call the runner has answered with a graph (call the runner with them first:
                 its first call of a key captures).
+            static_outputs: Return the graph's own outputs, the same tensors on every call, as a
+                device graph replayed directly and vLLM's graph wrapper do: the next call of
+                the bound graph, or of any static bound graph of the pool, overwrites their
+                values, so the caller consumes or copies them before it calls again. Outputs of
+                checked calls stay protected from it, and it from them. It saves the per-call
+                hand-out and liveness check; ``CaptureOptions.check_output_overwrite`` makes
+                reading an output after the next call raise (for tests).
 
         Raises:
             CaptureError: The runner holds no graph for ``args`` (not called with them yet, the
                 key runs eagerly, or the runner runs eagerly for good).
+            ConfigError: ``static_outputs`` on a runner with ``clone_output`` (which asks for
+                copies of the outputs).
             InputLayoutError: ``args`` do not fit the runner's call signature.
         """
+        if not isinstance(static_outputs, bool):
+            raise ConfigError(
+                f"bind(static_outputs=...) must be True or False, got {static_outputs!r}"
+            )
+        if static_outputs and self._options.clone_output:
+            raise ConfigError(
+                f"GraphRunner {self.name!r} clones its outputs (clone_output=True), which "
+                "bind(static_outputs=True) would not: bind without static_outputs, or turn "
+                "clone_output off"
+            )
         with self._lock:
             layout = self._layout
             if layout is None or self._eager:
@@ -307,17 +327,19 @@ class GraphRunner:
                 raise self._nothing_bound(
                     "runs this key eagerly" if key in self._failed else "holds no graph for them"
                 )
-            return BoundGraph(
-                self,
-                entries,
-                args,
-                user=layout.user,
-                pinned=layout.pinned,
-                watched=layout.watched,
-                lock=self._lock,
-                owner=self._owner,
-                force_recapture=self._force_recapture,
-            )
+            common: dict[str, Any] = {
+                "user": layout.user,
+                "pinned": layout.pinned,
+                "watched": layout.watched,
+                "lock": self._lock,
+                "owner": self._owner,
+                "force_recapture": self._force_recapture,
+            }
+            if static_outputs:
+                return StaticBoundGraph(
+                    self, entries, args, check=self._options.check_output_overwrite, **common
+                )
+            return BoundGraph(self, entries, args, **common)
 
     def _graphs_for(self, key: Hashable, ptrs: tuple[int, ...]) -> list[Entry]:
         """The graphs held for ``key`` and these watched addresses, one per call path at most."""
