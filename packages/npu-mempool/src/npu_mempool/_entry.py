@@ -315,6 +315,39 @@ class Entry:
         self._lend()
         return self._build(leaves)
 
+    # -- static bound graphs (GraphRunner.bind(static_outputs=True), _static_bound) ---------
+
+    def static_outputs(self) -> tuple[list[Any], Any, tuple[int, ...]]:
+        """The outputs a static bound graph hands out on every call, made once.
+
+        Returns the leaves (views of the pool-owned outputs, the others as they are), the
+        container the callable returned built of them, and the use count of each output storage
+        while nothing but the runner and these views holds it (:meth:`used_beyond`).
+        """
+        before = tuple(map(storage_uses, self._storages))
+        leaves = list(self._leaves)
+        for i in self._in_pool:
+            leaves[i] = leaves[i].detach()
+        added = map(operator.sub, map(storage_uses, self._storages), before)
+        return leaves, self._build(leaves), tuple(map(operator.add, self._mine, added))
+
+    def used_beyond(self, expected: tuple[int, ...]) -> bool:
+        """Whether an output storage has more uses than ``expected`` (from static_outputs)."""
+        return any(map(operator.gt, map(storage_uses, self._storages), expected))
+
+    def handed_anew(self, leaves: list[Any]) -> tuple[list[torch.Tensor], Any]:
+        """New views of ``leaves``' pool-owned outputs, and the container built of them."""
+        leaves = list(leaves)
+        handed = []
+        for i in self._in_pool:
+            leaves[i] = out = leaves[i].detach()
+            handed.append(out)
+        return handed, self._build(leaves)
+
+    def replay_steps(self) -> tuple[Callable[..., None], list[torch.Tensor], Callable[..., Any]]:
+        """The input copy, its static buffers and the graph's replay, to call inline."""
+        return self._copy, self._dst, self._replay_graph
+
     def release_stale(self) -> bool:
         """Take back outputs of ended steps; return whether the graph's memory is now free.
 

@@ -31,7 +31,6 @@ engine's tests; it costs the hand-out the contract saves.
 
 from __future__ import annotations
 
-import operator
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -42,7 +41,6 @@ from torch.autograd import profiler
 from npu_mempool._bound import BoundGraph, _any_autocast
 from npu_mempool._entry import Entry
 from npu_mempool._keys import autocast_state
-from npu_mempool._outputs import storage_uses
 from npu_mempool._steps import take_back_outputs
 from npu_mempool._trace import profiled
 
@@ -112,6 +110,7 @@ class StaticBoundGraph(BoundGraph):
     ) -> None:
         super().__init__(runner, entries, args, **kwargs)
         self._check = check
+        self._previous: list[torch.Tensor] = []
         self._counters = runner.counters
         self._acquire = self._lock.acquire
         self._release = self._lock.release
@@ -127,30 +126,24 @@ class StaticBoundGraph(BoundGraph):
         """Hand out ``entry``'s outputs from now on."""
         if self._finalizer is not None:
             self._finalizer()  # the previous graph's record goes (a finalizer runs once)
+        if self._check and self._previous:
+            # The call that brought this one here is a next call: the last outputs are over.
+            take_back_outputs(self._previous, (), _OVERWRITTEN.format(name=self.name))
         self._entry = entry
-        before = tuple(map(storage_uses, entry._storages))
-        views = list(entry._leaves)
-        for i in entry._in_pool:
-            views[i] = views[i].detach()
-        self._views = views
-        self._result = entry._build(views)
         # What the runner and this bound graph hold of each output storage: a use beyond these
         # is an output of a checked call (the warm-up's) that the static outputs alias.
-        added = map(operator.sub, map(storage_uses, entry._storages), before)
-        self._expected = tuple(map(operator.add, entry._mine, added))
+        self._views, self._result, self._expected = entry.static_outputs()
         # Checked paths see the static outputs as in use from _free_of_checked_outputs on (the
         # pool's static holders). Until then a checked output is alive, so the graph is one of
         # the pool's lenders already: its hand-out recorded it, and only an idle one is dropped.
         self._pin = _Pin(entry)
         self._finalizer = weakref.finalize(self, self._pin.release)
         self._finalizer.atexit = False
-        self._copy = entry._copy
-        self._dst = entry._dst
-        self._replay_graph = entry._replay_graph
+        self._copy, self._dst, self._replay_graph = entry.replay_steps()
         # The pool's checked lenders: while there are none, nothing stops the replay.
-        self._lent = entry._lent
+        self._lent = entry.state.lenders()
         self._ready = False
-        self._previous: list[torch.Tensor] = []
+        self._previous = []
         # Told now where it can be (no checked output alive): the pool's other static bound
         # graphs then count this one's outputs as theirs to overwrite from their first call.
         self._free_of_checked_outputs()
@@ -158,7 +151,7 @@ class StaticBoundGraph(BoundGraph):
     def _free_of_checked_outputs(self) -> bool:
         """Whether no output of a checked call of the graph is alive (then none can be again)."""
         entry = self._entry
-        if any(map(operator.gt, map(storage_uses, entry._storages), self._expected)):
+        if entry.used_beyond(self._expected):
             return False
         # From now on no checked path replays the graph (the static outputs are in use), so
         # the record holds until the bound graph goes.
@@ -215,13 +208,8 @@ class StaticBoundGraph(BoundGraph):
         """check_output_overwrite: new objects for this call, the previous call's poisoned."""
         if self._previous:
             take_back_outputs(self._previous, (), _OVERWRITTEN.format(name=self.name))
-        views = list(self._views)
-        handed = []
-        for i in entry._in_pool:
-            views[i] = out = views[i].detach()
-            handed.append(out)
-        self._previous = handed
-        return entry._build(views)
+        self._previous, result = entry.handed_anew(self._views)
+        return result
 
     def _through_runner(self, inputs: tuple[torch.Tensor, ...]) -> Any:
         result = super()._through_runner(inputs)
