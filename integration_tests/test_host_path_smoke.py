@@ -19,6 +19,7 @@ SCRIPT = ROOT / "benchmarks" / "host_path.py"
 WORKLOADS = {"mlp", "decode", "padded", "held", "breaks"}
 ROWS = {
     "floor",
+    "floor_user",
     "runner",
     "bound",
     "bound_static",
@@ -30,7 +31,7 @@ ROWS = {
     "npu_compile_emulated",
     "runner_emulated",
 }
-CHECKED = ROWS - {"floor", "eager"}
+CHECKED = ROWS - {"floor", "floor_user", "eager"}
 GRAPH_ROWS = {
     "runner",
     "bound",
@@ -87,11 +88,10 @@ def test_the_smoke_run_measures_every_row_and_proves_the_replays(tmp_path: Path)
         assert set(workload["goals"]) == GOALS, name
         for key, goal in workload["goals"].items():
             # A figure without a goal has no verdict; goals_met leaves it out.
-            assert (
-                goal["met"] is None
-                if key in FIGURES
-                else isinstance(goal["met"], bool)
-            ), (name, key)
+            assert goal["met"] is None if key in FIGURES else isinstance(goal["met"], bool), (
+                name,
+                key,
+            )
     assert results["goals_met"] == all(
         goal["met"]
         for workload in results["workloads"].values()

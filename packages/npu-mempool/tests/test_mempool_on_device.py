@@ -112,6 +112,46 @@ def test_a_bound_graph_replays_the_device_graph_and_keeps_held_outputs(
     assert runner.counters.replays >= 1
 
 
+def test_static_bound_graphs_replay_every_size_and_spare_a_held_checked_output(
+    device: torch.device,
+) -> None:
+    # An engine's path: every captured size bound with static outputs (one rewound pool, so
+    # the sizes' graphs overlap in device memory).
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, device=device) / 8
+    runner = GraphRunner(
+        block, input_kinds=[InputKind.USER, InputKind.PARAMETER], options=CAPTURE_NOW
+    )
+    sizes = (32, 16, 8)
+    for rows in sizes:
+        runner(torch.randn(rows, 64, device=device), w)
+    bound = {
+        rows: runner.bind(torch.randn(rows, 64, device=device), w, static_outputs=True)
+        for rows in sizes
+    }
+
+    def calls(static: bool) -> None:
+        for _ in range(3):
+            for rows in (8, 32, 16):
+                x = torch.randn(rows, 64, device=device)
+                out = bound[rows](x)
+                torch.testing.assert_close(out, block(x, w))
+                again = bound[rows](torch.randn(rows, 64, device=device))
+                assert again is out or not static  # one set of outputs per bound graph
+
+    captures, replays = runner.counters.captures, runner.counters.replays
+    calls(static=True)
+    assert runner.counters.captures == captures
+    assert runner.counters.replays == replays + 18
+    # A checked output of another key, held: it may overlap the sizes' graphs, which then go
+    # through the runner (another call path) and never overwrite it.
+    x_held = torch.randn(24, 64, device=device)
+    held = runner(x_held, w)
+    calls(static=False)
+    torch.testing.assert_close(held, block(x_held, w))
+    assert runner.counters.eager_calls == 0
+
+
 def test_four_shapes_with_reuse_hold_about_the_largest(device: torch.device) -> None:
     largest = _pool_bytes(CAPTURE_NOW, ROWS[:1], device)
     shared = _pool_bytes(CAPTURE_NOW, ROWS, device)
