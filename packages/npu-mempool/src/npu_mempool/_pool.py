@@ -391,7 +391,8 @@ class PoolState:
         coexists = but.coexists if but is not None else ()
         if not besides_static:
             # The outputs static bound graphs hold are in use for every checked path.
-            for ref, _ in self._static.values():
+            # A snapshot: a bound graph collected meanwhile drops its record (a finalizer).
+            for ref, _ in tuple(self._static.values()):
                 holder = ref()
                 if (
                     holder is not None
@@ -423,7 +424,7 @@ class PoolState:
         lent = tuple(
             ref for ref in self._lent.values() if (lender := ref()) is not None and lender.in_use()
         )
-        return lent + tuple(ref for ref, _ in self._static.values() if ref() is not None)
+        return lent + tuple(ref for ref, _ in tuple(self._static.values()) if ref() is not None)
 
     def protects_lent_memory(self) -> bool:
         """Whether the allocator still protects the memory of every output in use.
@@ -440,7 +441,7 @@ class PoolState:
             if (lender := ref()) is not None and lender.in_use()
         ) and all(
             holder.epoch == self.epoch
-            for ref, _ in self._static.values()
+            for ref, _ in tuple(self._static.values())
             if (holder := ref()) is not None
         )
 
