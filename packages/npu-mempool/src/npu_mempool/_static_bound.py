@@ -81,7 +81,6 @@ class StaticBoundGraph(BoundGraph):
     """A :class:`BoundGraph` whose calls return the graph's own outputs (see the module notes)."""
 
     __slots__ = (
-        "_acquire",
         "_check",
         "_copy",
         "_counters",
@@ -90,10 +89,11 @@ class StaticBoundGraph(BoundGraph):
         "_expected",
         "_finalizer",
         "_lent",
+        "_lock_acquire",
+        "_lock_release",
         "_pin",
         "_previous",
         "_ready",
-        "_release",
         "_replay_graph",
         "_result",
         "_views",
@@ -112,8 +112,8 @@ class StaticBoundGraph(BoundGraph):
         self._check = check
         self._previous: list[torch.Tensor] = []
         self._counters = runner.counters
-        self._acquire = self._lock.acquire
-        self._release = self._lock.release
+        self._lock_acquire = self._lock.acquire
+        self._lock_release = self._lock.release
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._follow(entries[0])
 
@@ -174,7 +174,7 @@ class StaticBoundGraph(BoundGraph):
             fits = autocast_state() == self._autocast  # as in BoundGraph.__call__
         if not fits:
             return self._off_layout(inputs)
-        self._acquire()
+        self._lock_acquire()
         try:
             entry = self._entry
             if (
@@ -193,7 +193,7 @@ class StaticBoundGraph(BoundGraph):
                 return self._result
             return self._through_runner(inputs)
         finally:
-            self._release()
+            self._lock_release()
 
     def _replay_profiled(self, entry: Entry, inputs: tuple[torch.Tensor, ...]) -> Any:
         with profiled("npu_mempool.replay"):
