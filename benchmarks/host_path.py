@@ -243,11 +243,31 @@ def chain(functions: Sequence[Callable[..., Any]], pieces: Sequence[Piece]) -> C
     return step
 
 
-def floor_of(piece: Piece) -> Callable[..., Any]:
-    """The least a replay of ``piece`` can do: copy the inputs in, return the static outputs."""
+def _floor_buffers(piece: Piece) -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...]]:
+    """A floor's static inputs (one per USER tensor) and its static outputs."""
     with torch.no_grad():
         outputs = tuple(t.clone() for t in piece.forward(*piece.template))
-    static = [piece.template[i].clone() for i in piece.fed]
+    return [piece.template[i].clone() for i in piece.fed], outputs
+
+
+def chain_fed(calls: Sequence[Callable[..., Any]]) -> Callable[..., Any]:
+    """Calls taking USER tensors alone, chained: each is given the previous one's outputs."""
+    if len(calls) == 1:
+        return calls[0]  # no frame of its own, as an engine calls one graph
+    first, rest = calls[0], calls[1:]
+
+    def chained(*given: Any) -> Any:
+        outputs = first(*given)
+        for call in rest:
+            outputs = call(*outputs)
+        return outputs
+
+    return chained
+
+
+def floor_of(piece: Piece) -> Callable[..., Any]:
+    """The least a replay of ``piece`` can do: copy the inputs in, return the static outputs."""
+    static, outputs = _floor_buffers(piece)
     fed = piece.fed
     foreach_copy = torch._foreach_copy_
 
@@ -264,29 +284,18 @@ def user_floor_of(pieces: Sequence[Piece]) -> Callable[..., Any]:
     Each graph's step copies what it is given into its static buffers and returns its static
     outputs, which feed the next graph, as the bound rows chain their graphs.
     """
-    steps = []
     foreach_copy = torch._foreach_copy_
-    for piece in pieces:
-        with torch.no_grad():
-            outputs = tuple(t.clone() for t in piece.forward(*piece.template))
-        static = [piece.template[i].clone() for i in piece.fed]
 
-        def step(*given: Any, static: list[torch.Tensor] = static, outputs: Any = outputs) -> Any:
+    def step_of(piece: Piece) -> Callable[..., Any]:
+        static, outputs = _floor_buffers(piece)
+
+        def step(*given: Any) -> Any:
             foreach_copy(static, given)
             return outputs
 
-        steps.append(step)
-    if len(steps) == 1:
-        return steps[0]
-    first, rest = steps[0], steps[1:]
+        return step
 
-    def chained(*given: Any) -> Any:
-        outputs = first(*given)
-        for step in rest:
-            outputs = step(*outputs)
-        return outputs
-
-    return chained
+    return chain_fed([step_of(piece) for piece in pieces])
 
 
 def looped(workload: Workload, call: Callable[..., Any]) -> Callable[..., Any]:
@@ -384,18 +393,13 @@ def build_rows(workload: Workload) -> dict[str, Row]:
             runner.bind(*piece.template, static_outputs=static)
             for runner, piece in zip(runners, pieces, strict=True)
         ]
-        first, rest = bound[0], bound[1:]
-
-        def chained(*given: Any) -> Any:
-            # As the floor_user row chains its graphs.
-            outputs = first(*given)
-            for graph in rest:
-                outputs = graph(*outputs)
-            return outputs
-
-        # Called as an engine calls it, with the USER tensors alone (floor_user's arguments).
-        call = first if not rest else chained
-        return Row(looped(workload, call), user_args, runners=lambda: runners, null=runner_row.null)
+        # Called as an engine calls it, with the USER tensors alone, and chained as floor_user.
+        return Row(
+            looped(workload, chain_fed(bound)),
+            user_args,
+            runners=lambda: runners,
+            null=runner_row.null,
+        )
 
     def npu_compile_row(null: NullBackend | None, name: str = "npu_compile") -> Row:
         compiled_model, compiled_inputs = workload.make()
@@ -426,12 +430,10 @@ def build_rows(workload: Workload) -> dict[str, Row]:
         # Runners of its own, so that each row's counters see its own calls alone.
         # Called with each output dropped: a held one would stay alive in the row for good,
         # beside the bound row's own (the bound row's warm-up captures its second call path).
-        to_bind = {"to_bind": runner_row(null, held=False)}
-        warm_up(to_bind, ("to_bind",))
-        rows["bound"] = bound_row(to_bind["to_bind"])
-        to_bind = {"to_bind": runner_row(null, held=False)}
-        warm_up(to_bind, ("to_bind",))
-        rows["bound_static"] = bound_row(to_bind["to_bind"], static=True)
+        for name, static in (("bound", False), ("bound_static", True)):
+            to_bind = {"to_bind": runner_row(null, held=False)}
+            warm_up(to_bind, ("to_bind",))
+            rows[name] = bound_row(to_bind["to_bind"], static)
         warm_up(rows, ("bound", "bound_static"))
     rows["runner_emulated"] = runner_row(None)
     rows["npu_compile_emulated"] = npu_compile_row(None)

@@ -325,9 +325,7 @@ class Entry:
         while nothing but the runner and these views holds it (:meth:`used_beyond`).
         """
         before = tuple(map(storage_uses, self._storages))
-        leaves = list(self._leaves)
-        for i in self._in_pool:
-            leaves[i] = leaves[i].detach()
+        leaves = self._viewed(self._leaves)
         added = map(operator.sub, map(storage_uses, self._storages), before)
         return leaves, self._build(leaves), tuple(map(operator.add, self._mine, added))
 
@@ -337,12 +335,15 @@ class Entry:
 
     def handed_anew(self, leaves: list[Any]) -> tuple[list[torch.Tensor], Any]:
         """New views of ``leaves``' pool-owned outputs, and the container built of them."""
-        leaves = list(leaves)
-        handed = []
+        leaves = self._viewed(leaves)
+        return [leaves[i] for i in self._in_pool], self._build(leaves)
+
+    def _viewed(self, leaves: list[Any]) -> list[Any]:
+        """``leaves`` with each pool-owned output replaced by a new view of it (``detach``)."""
+        viewed = list(leaves)
         for i in self._in_pool:
-            leaves[i] = out = leaves[i].detach()
-            handed.append(out)
-        return handed, self._build(leaves)
+            viewed[i] = viewed[i].detach()
+        return viewed
 
     def replay_steps(self) -> tuple[Callable[..., None], list[torch.Tensor], Callable[..., Any]]:
         """The input copy, its static buffers and the graph's replay, to call inline."""

@@ -332,15 +332,15 @@ class PoolState:
     def hold_static(self, lender: Lender) -> None:
         """A static bound graph hands out ``lender``'s outputs from now on (see ``_static``).
 
-        Only once no other output of ``lender`` is in use: its record as a checked lender goes.
+        Only once no other output of ``lender`` is in use, and while its runner holds it (a
+        graph let go of is never held): its record as a checked lender goes.
         """
         held = self._static.get(id(lender))
         if held is None:
             self._static[id(lender)] = [weakref.ref(lender), 1]
         else:
             held[1] += 1
-        if id(lender) not in self._retired:
-            self._lent.pop(id(lender), None)
+        self._lent.pop(id(lender), None)
 
     def drop_static(self, lender: Lender) -> None:
         """One static bound graph of ``lender`` no longer hands out its outputs.

@@ -66,9 +66,11 @@ class _Pin:
         self.entry = weakref.ref(entry)
         self.held = False
 
-    def hold(self, entry: Entry) -> None:
-        entry.state.hold_static(entry)
-        self.held = True
+    def hold(self) -> None:
+        entry = self.entry()
+        if entry is not None and not self.held:
+            entry.state.hold_static(entry)
+            self.held = True
 
     def release(self) -> None:
         entry = self.entry()
@@ -155,7 +157,7 @@ class StaticBoundGraph(BoundGraph):
             return False
         # From now on no checked path replays the graph (the static outputs are in use), so
         # the record holds until the bound graph goes.
-        self._pin.hold(entry)
+        self._pin.hold()
         # Ready for the static path, unless every call must capture anew.
         self._ready = not self._recapture
         return self._ready
