@@ -206,9 +206,13 @@ def test_recapture_resets_the_old_npu_graph(fake_npu: FakeTorchNpu) -> None:
     runner = GraphRunner(
         lambda x, c: c.add_(x) * 1, input_kinds=[InputKind.USER, InputKind.MUTATED]
     )
-    runner(torch.ones(2), torch.zeros(2))  # this cache dies after the call
+    cache = torch.zeros(2)
+    runner(torch.ones(2), cache)
     old = fake_npu.graphs[-1]
-    runner(torch.ones(2), torch.zeros(2))
+    # The new cache is made while the old one lives (so it cannot take the old address, which
+    # would rightly replay); the old one dies at the assignment.
+    cache = torch.zeros(2)
+    runner(torch.ones(2), cache)
     assert old.resets == 1
     assert runner.counters.recapture_reasons == {"mutated_input_moved": 1}
 

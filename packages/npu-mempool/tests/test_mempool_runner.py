@@ -443,7 +443,11 @@ def test_failed_recapture_drops_the_old_graph(caplog: pytest.LogCaptureFixture) 
         return cache + x
 
     runner = GraphRunner(step, input_kinds=[U, M])
-    runner(torch.ones(2), torch.zeros(2))
+    # The first cache stays alive, so the second cannot reuse its address: a cache freed and
+    # allocated again at the same address is no move, and its replay (which the emulation runs
+    # by calling step) would raise without any recapture.
+    first_cache = torch.zeros(2)
+    runner(torch.ones(2), first_cache)
     state["fail"] = True
     failing_call = pytest.raises(RuntimeError, match="cannot capture now")
     with caplog.at_level(logging.WARNING, logger="npu_mempool"), failing_call:
@@ -604,7 +608,8 @@ def test_values_that_repeat_are_not_churn() -> None:
 
 def test_recapture_reasons_are_enum_members_that_read_as_strings() -> None:
     runner = GraphRunner(lambda x, w: x @ w, input_kinds=[U, P])
-    runner(torch.ones(1, 2), torch.ones(2, 2))
+    first = torch.ones(2, 2)  # alive, so the next weight cannot take its address
+    runner(torch.ones(1, 2), first)
     runner(torch.ones(1, 2), torch.ones(2, 2))  # another parameter tensor
     reasons = runner.counters.recapture_reasons
     assert reasons[npu_mempool.RecaptureReason.PARAMETER_MOVED] == 1
