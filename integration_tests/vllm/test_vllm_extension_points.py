@@ -100,6 +100,53 @@ def test_wrapper_captures_once_per_descriptor_and_replays_new_values(
     assert wrapper.num_graphs == 0
 
 
+def test_wrapper_replays_the_bound_step_with_static_outputs(
+    block: _Block, vllm_config: VllmConfig
+) -> None:
+    # Once a descriptor is captured, a step with the bound buffers replays the bound graph
+    # (static outputs: the same tensor each step, vLLM's own contract), with no runner call.
+    wrapper = NpuGraphWrapper(block, vllm_config, CUDAGraphMode.FULL)
+    x, positions = torch.zeros(4, 8), torch.zeros(4)
+    descriptor = BatchDescriptor(num_tokens=4)
+    before = npu_compile.vllm.worker_stats()
+    outputs = []  # ids, not the tensors: a held output would move the next step elsewhere
+    for step in range(5):
+        x.copy_(torch.randn(4, 8))
+        positions.copy_(torch.arange(4) + step)
+        with (
+            torch.no_grad(),
+            set_forward_context(
+                None,
+                vllm_config,
+                cudagraph_runtime_mode=CUDAGraphMode.FULL,
+                batch_descriptor=descriptor,
+            ),
+        ):
+            expected = block(x, positions)
+            out = wrapper(x, positions)
+            torch.testing.assert_close(out, expected, rtol=0, atol=0)
+            outputs.append(id(out))
+            del out
+    after = npu_compile.vllm.worker_stats()
+    assert (after["captures"] - before["captures"], after["replays"] - before["replays"]) == (1, 4)
+    # The bound graph's own output (kept alive, so its id is its own) from the first replay on.
+    assert len(set(outputs[1:])) == 1
+
+    # The same descriptor with a slice of the buffer for another size: one address, another
+    # shape. Not the bound call, and not the runner's graph either: it is captured on its own.
+    small_x, small_positions = x[:2], positions[:2]
+    with torch.no_grad():
+        expected = block(small_x, small_positions)
+    torch.testing.assert_close(
+        _step(wrapper, vllm_config, CUDAGraphMode.FULL, 4, small_x, small_positions),
+        expected,
+        rtol=0,
+        atol=0,
+    )
+    wrapper.clear_graphs()
+    assert wrapper.num_graphs == 0
+
+
 def test_wrapper_flattens_nothing_per_step_for_flat_arguments(
     block: _Block, vllm_config: VllmConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -56,6 +56,29 @@ _size = torch._C.TensorBase.size
 _stride = torch._C.TensorBase.stride
 _dtype = operator.attrgetter("dtype")
 _data_ptr = torch._C.TensorBase.data_ptr
+
+
+def layout_guards(tensors: Sequence[torch.Tensor]) -> tuple[Callable[..., bool] | None, bool]:
+    """Dynamo's C check of ``tensors``' layouts, and whether it sees their device's autocast.
+
+    ``(None, False)`` where torch has no such check (or its signature moved): the caller
+    compares the layouts itself and asks for the autocast state.
+    """
+    if _TensorGuards is None:
+        return None, False
+    try:
+        check: Callable[..., bool] = _TensorGuards(
+            *tensors,
+            dynamic_dims_sizes=[list(t.size()) for t in tensors],
+            dynamic_dims_strides=[list(t.stride()) for t in tensors],
+        ).check
+    except Exception:  # its signature moved: the caller's own comparison decides
+        return None, False
+    # It compares the tensors' dispatch keys with the thread's, and autocast turns its device's
+    # key on: seen for the tensors' device, and so for none where there is no tensor.
+    return check, bool(tensors)
+
+
 _any_autocast = torch._C._is_any_autocast_enabled
 
 
@@ -140,20 +163,10 @@ class BoundGraph:
         self._sizes = tuple(map(_size, picked))
         self._strides = tuple(map(_stride, picked))
         self._dtypes = tuple(map(_dtype, picked))
-        self._guards: Callable[..., bool] = self._same_layout
-        # Whether the guards see the autocast state of the tensors' device: Dynamo's check
-        # compares their dispatch keys with the thread's, and autocast turns its device's key on.
-        self._sees_autocast = False
-        if _TensorGuards is not None:
-            try:
-                self._guards = _TensorGuards(
-                    *picked,
-                    dynamic_dims_sizes=[list(s) for s in self._sizes],
-                    dynamic_dims_strides=[list(s) for s in self._strides],
-                ).check
-                self._sees_autocast = True
-            except Exception:  # its signature moved: the maps decide
-                self._guards = self._same_layout
+        # Whether the guards see the autocast state of the USER tensors' device (with none,
+        # nothing is seen: every call asks).
+        guards, self._sees_autocast = layout_guards(picked)
+        self._guards: Callable[..., bool] = guards or self._same_layout
         # The autocast state the graph was captured under (its key holds it, and bind() found
         # the graph under the state of now): a call under another state takes the runner's path.
         self._autocast = autocast_state() if _any_autocast() else ()

@@ -30,7 +30,7 @@ from npu_mempool._options import CaptureOptions, InputKind
 from npu_mempool._paths import CallPath, CallPaths
 from npu_mempool._policy import Action, CapturePolicy, Decision
 from npu_mempool._pool import PoolHandle, state_of
-from npu_mempool._static_bound import StaticBoundGraph
+from npu_mempool._static_bound import StaticBoundCall, StaticBoundGraph
 from npu_mempool._trace import log, profiled, report_capture
 from npu_mempool.errors import CaptureError, ConfigError, InputLayoutError
 
@@ -272,7 +272,9 @@ class GraphRunner:
         call.__name__ = call.__qualname__ = self.name  # type: ignore[attr-defined]
         return call
 
-    def bind(self, *args: Any, static_outputs: bool = False) -> BoundGraph:
+    def bind(
+        self, *args: Any, static_outputs: bool = False, all_arguments: bool = False
+    ) -> BoundGraph:
         """The graph the runner holds for ``args``, to call with their USER tensors alone.
 
         For engines that pick the captured layout themselves before each call (the batch size
@@ -292,17 +294,32 @@ class GraphRunner:
                 checked calls stay protected from it, and it from them. It saves the per-call
                 hand-out and liveness check; ``CaptureOptions.check_output_overwrite`` makes
                 reading an output after the next call raise (for tests).
+            all_arguments: With ``static_outputs``: call the bound graph with every argument,
+                as the runner is called, for engines that pass persistent buffers on each call
+                (vLLM's graph wrapper). A call replays when it is the bound call: every tensor
+                with the bound layout, every watched tensor (MUTATED, and PARAMETER unless
+                ``frozen_parameters``) at the bound address, the other values equal and of the
+                same types; any other call is a runner call and returns the runner's outputs.
 
         Raises:
             CaptureError: The runner holds no graph for ``args`` (not called with them yet, the
                 key runs eagerly, or the runner runs eagerly for good).
             ConfigError: ``static_outputs`` on a runner with ``clone_output`` (which asks for
-                copies of the outputs).
+                copies of the outputs); ``all_arguments`` without ``static_outputs``.
             InputLayoutError: ``args`` do not fit the runner's call signature.
         """
         if not isinstance(static_outputs, bool):
             raise ConfigError(
                 f"bind(static_outputs=...) must be True or False, got {static_outputs!r}"
+            )
+        if not isinstance(all_arguments, bool):
+            raise ConfigError(
+                f"bind(all_arguments=...) must be True or False, got {all_arguments!r}"
+            )
+        if all_arguments and not static_outputs:
+            raise ConfigError(
+                f"GraphRunner {self.name!r}: bind(all_arguments=True) binds a graph with static "
+                "outputs; pass static_outputs=True too, or call the runner itself"
             )
         if static_outputs and self._options.clone_output:
             raise ConfigError(
@@ -335,6 +352,10 @@ class GraphRunner:
                 "owner": self._owner,
                 "force_recapture": self._force_recapture,
             }
+            if all_arguments:
+                return StaticBoundCall(
+                    self, entries, args, check=self._options.check_output_overwrite, **common
+                )
             if static_outputs:
                 return StaticBoundGraph(
                     self, entries, args, check=self._options.check_output_overwrite, **common

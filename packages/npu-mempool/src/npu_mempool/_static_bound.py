@@ -31,14 +31,15 @@ engine's tests; it costs the hand-out the contract saves.
 
 from __future__ import annotations
 
+import operator
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.autograd import profiler
 
-from npu_mempool._bound import BoundGraph, _any_autocast
+from npu_mempool._bound import BoundGraph, _any_autocast, _data_ptr, layout_guards
 from npu_mempool._entry import Entry
 from npu_mempool._keys import autocast_state
 from npu_mempool._steps import take_back_outputs
@@ -47,7 +48,7 @@ from npu_mempool._trace import profiled
 if TYPE_CHECKING:
     from npu_mempool._runner import GraphRunner
 
-__all__ = ["StaticBoundGraph"]
+__all__ = ["StaticBoundCall", "StaticBoundGraph"]
 
 _OVERWRITTEN = (
     "this output of static BoundGraph {name!r} was overwritten by the bound graph's next call "
@@ -132,9 +133,13 @@ class StaticBoundGraph(BoundGraph):
             # The call that brought this one here is a next call: the last outputs are over.
             take_back_outputs(self._previous, (), _OVERWRITTEN.format(name=self.name))
         self._entry = entry
-        # What the runner and this bound graph hold of each output storage: a use beyond these
-        # is an output of a checked call (the warm-up's) that the static outputs alias.
-        self._views, self._result, self._expected = entry.static_outputs()
+        # The static outputs are made once no checked output of the graph is alive (at
+        # _free_of_checked_outputs): made before, their views would count as a use of the
+        # graph's memory, and its record as a lender would stay busy for every other graph of
+        # the pool (bound graphs of it included) after the warm-up output died.
+        self._views: list[Any] | None = None
+        self._result: Any = None
+        self._expected: tuple[int, ...] = ()
         # Checked paths see the static outputs as in use from _free_of_checked_outputs on (the
         # pool's static holders). Until then a checked output is alive, so the graph is one of
         # the pool's lenders already: its hand-out recorded it, and only an idle one is dropped.
@@ -153,7 +158,16 @@ class StaticBoundGraph(BoundGraph):
     def _free_of_checked_outputs(self) -> bool:
         """Whether no output of a checked call of the graph is alive (then none can be again)."""
         entry = self._entry
-        if entry.used_beyond(self._expected):
+        if self._views is None:
+            # Uses of a graph another static bound graph hands out already are its static
+            # outputs: no checked output of it can be alive (none was when it was held, and no
+            # checked path replays it since).
+            if entry.in_use() and id(entry) not in entry.state.static_holders():
+                return False
+            # What the runner and this bound graph hold of each output storage: a use beyond
+            # these is an output of a checked call that the static outputs alias.
+            self._views, self._result, self._expected = entry.static_outputs()
+        elif entry.used_beyond(self._expected):
             return False
         # From now on no checked path replays the graph (the static outputs are in use), so
         # the record holds until the bound graph goes.
@@ -210,6 +224,7 @@ class StaticBoundGraph(BoundGraph):
         """check_output_overwrite: new objects for this call, the previous call's poisoned."""
         if self._previous:
             take_back_outputs(self._previous, (), _OVERWRITTEN.format(name=self.name))
+        assert self._views is not None  # made before the first static replay
         self._previous, result = entry.handed_anew(self._views)
         return result
 
@@ -224,3 +239,111 @@ class StaticBoundGraph(BoundGraph):
                     self._follow(entry)
                     break
         return result
+
+
+def _picker(positions: Sequence[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """A C callable that returns the arguments at ``positions`` as a tuple (of any length)."""
+    if len(positions) > 1:
+        return operator.itemgetter(*positions)
+    # An itemgetter of one index returns the item itself, a slice keeps it a tuple.
+    first = positions[0] if positions else 0
+    return operator.itemgetter(slice(first, first + len(positions)))
+
+
+class StaticBoundCall(StaticBoundGraph):
+    """``bind(static_outputs=True, all_arguments=True)``: called with the runner's arguments.
+
+    For engines that keep every input in persistent buffers and pass them on each call, as
+    vLLM's graph wrapper is called: each call brings every argument the runner takes, and
+    replays the bound graph when it is the bound call: every tensor with the bound layout (and
+    requires_grad, device, dispatch keys: Dynamo's check of them all, in one C call), every
+    watched one (MUTATED, and PARAMETER unless ``frozen_parameters``) at the bound address,
+    every other value equal to the bound one and of its type. Any other call is a runner call,
+    with what that does (a key, a capture for new addresses), and returns the runner's checked
+    outputs; bind again to make another call the bound one.
+    """
+
+    __slots__ = (
+        "_arity",
+        "_call_guards",
+        "_layouts",
+        "_pick_tensors",
+        "_pick_user",
+        "_pick_values",
+        "_pick_watched",
+        "_types",
+        "_values",
+    )
+
+    def __init__(
+        self,
+        runner: GraphRunner,
+        entries: Sequence[Entry],
+        args: tuple[Any, ...],
+        *,
+        check: bool,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(runner, entries, args, check=check, **kwargs)
+        tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        values = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
+        self._arity = len(args)
+        self._pick_tensors = _picker(tensors)
+        self._pick_user = _picker(self._user)
+        self._pick_watched = _picker(self._watched)
+        self._pick_values = _picker(values)
+        self._values = self._pick_values(args)
+        self._types = tuple(map(type, self._values))
+        given = [args[i] for i in tensors]
+        self._layouts = tuple(map(_layout_of, given))
+        guards, sees = layout_guards(given)
+        self._call_guards: Callable[..., bool] = guards or self._same_tensors
+        # The autocast question is the base's, now over every tensor of the call.
+        self._sees_autocast = sees
+
+    def __call__(self, *args: Any) -> Any:
+        """Replay the bound graph if ``args`` are the bound call; else call the runner."""
+        # StaticBoundGraph.__call__'s body after its own check: repeated, as it repeats
+        # BoundGraph's (a shared helper would be a frame more on every call).
+        try:
+            fits = (
+                len(args) == self._arity
+                and self._call_guards(*self._pick_tensors(args))
+                and tuple(map(_data_ptr, self._pick_watched(args))) == self._ptrs
+                and self._pick_values(args) == self._values
+                and tuple(map(type, self._pick_values(args))) == self._types
+            )
+        except TypeError:  # not tensors where the bound call had them
+            fits = False
+        if fits and (self._autocast or (not self._sees_autocast and _any_autocast())):
+            fits = autocast_state() == self._autocast
+        if not fits:
+            return self._runner(*args)
+        self._lock_acquire()
+        try:
+            entry = self._entry
+            if (
+                entry.live
+                and (self._ready or self._free_of_checked_outputs())
+                and (not self._lent or not entry.state.in_use(entry, besides_static=True))
+            ):
+                if profiler._is_profiler_enabled:
+                    return self._replay_profiled(entry, self._pick_user(args))
+                if self._user:
+                    self._copy(self._dst, self._pick_user(args))
+                self._replay_graph(self._args)
+                self._counters.replays += 1
+                if self._check:
+                    return self._hand_out_checked(entry)
+                return self._result
+            return self._through_runner(self._pick_user(args))
+        finally:
+            self._lock_release()
+
+    def _same_tensors(self, *tensors: torch.Tensor) -> bool:
+        # Without Dynamo's check (a torch that lacks it): the layouts compared in Python.
+        return tuple(map(_layout_of, tensors)) == self._layouts
+
+
+def _layout_of(tensor: torch.Tensor) -> tuple[Any, ...]:
+    return (tensor.shape, tensor.stride(), tensor.dtype, tensor.device, tensor.requires_grad)

@@ -9,9 +9,15 @@ runtime mode and the batch descriptor in its forward context before each step. T
   the same for a descriptor), and replay afterwards;
 * vLLM keeps the inputs in persistent buffers (padded to a capture size), so the wrapper copies
   nothing in: inputs are recorded by address, and a new address captures again;
-* the outputs belong to the graph: vLLM may drop them, and the next replay writes them again.
-  npu-mempool never hands out memory that a live tensor uses, so an output still held at the next
-  replay moves that replay to a second call path instead of being overwritten;
+* the outputs belong to the graph: vLLM consumes them before the step's next replay of the
+  graph writes them again. Each graph is bound with static outputs once captured
+  (``GraphRunner.bind(static_outputs=True, all_arguments=True)``): a step that passes the
+  bound buffers (addresses, layouts, the same other values) replays with no key, no hand-out and
+  no liveness check of its outputs, as vLLM's own CUDA wrapper replays; a step that passes
+  anything else is a checked runner call (captured anew for new buffers). The capture's own
+  outputs are checked ones: the graph replays statically once they are dead (a static output
+  is then reserved, and no checked replay of the pool may write over it, so every graph of the
+  pool is bound: a checked replay would have to capture again);
 * garbage collection is off during captures after the first piece (``gc_disable``).
 
 One runner per batch descriptor, all on one pool per device, as vLLM captures every size into
@@ -30,6 +36,7 @@ from typing import Any
 
 import torch
 from npu_mempool import CaptureOptions, GraphRunner, InputKind, PoolHandle, graph_pool_handle
+from npu_mempool.errors import CaptureError
 from torch.utils import _pytree as pytree
 
 from npu_compile._accel import first_tensor_device
@@ -103,6 +110,9 @@ class NpuGraphWrapper:
         self.runtime_mode = runtime_mode
         self.gc_disable = bool(getattr(cudagraph_options, "gc_disable", False))
         self._runners: dict[Hashable, GraphRunner] = {}
+        # What a step of each key calls once the key is captured: its bound graph (or its
+        # runner, where none can be bound). Read first, without the lock, on every step.
+        self._steps: dict[Hashable, Callable[..., Any]] = {}
         self._lock = threading.Lock()
 
     def __getattr__(self, key: str) -> Any:
@@ -120,6 +130,7 @@ class NpuGraphWrapper:
     def clear_graphs(self) -> None:
         """Free every captured graph (vLLM calls this when it resets or sleeps)."""
         with self._lock:
+            self._steps.clear()
             for runner in self._runners.values():
                 runner.reset()
             self._runners.clear()
@@ -158,16 +169,29 @@ class NpuGraphWrapper:
                 # Something the graph key cannot hold (an opaque object): run it as it is.
                 return self.runnable(*args, **kwargs)
         key = (context.batch_descriptor, structure)
-        runner = self._runners.get(key)
-        if runner is not None:
-            return runner(*leaves)
+        step = self._steps.get(key)
+        if step is not None:
+            return step(*leaves)
         with self._lock:  # one runner per key, also when two threads see it first
             runner = self._runners.get(key)
             if runner is None:
                 spec = pytree.tree_structure((args, kwargs))
                 runner = self._runners[key] = self._new_runner(key[0], leaves, spec)
         with _gc_paused(self.gc_disable):
-            return runner(*leaves)
+            result = runner(*leaves)
+        self._bind(key, runner, leaves)
+        return result
+
+    def _bind(self, key: Hashable, runner: GraphRunner, leaves: Sequence[Any]) -> None:
+        # At the capture: a graph of the pool left to checked replays would capture again at
+        # its next step while another graph's static outputs are reserved.
+        try:
+            step: Callable[..., Any] = runner.bind(*leaves, static_outputs=True, all_arguments=True)
+        except CaptureError:  # the runner holds no graph for the key (it runs eagerly)
+            step = runner
+        with self._lock:
+            if self._runners.get(key) is runner:  # not cleared meanwhile
+                self._steps.setdefault(key, step)
 
     def _new_runner(
         self, descriptor: Hashable, leaves: Sequence[Any], spec: pytree.TreeSpec
@@ -185,9 +209,11 @@ class NpuGraphWrapper:
             return runnable(*args, **kwargs)
 
         device = first_tensor_device(leaves)
-        # vLLM's inputs are persistent buffers: recorded by address, never copied.
+        # vLLM's inputs are persistent buffers: recorded by address, never copied. MUTATED, not
+        # PARAMETER: the runner keys them on their layouts too, since a buffer's slices for
+        # two sizes start at one address.
         kinds = [
-            InputKind.PARAMETER if isinstance(leaf, torch.Tensor) else InputKind.USER
+            InputKind.MUTATED if isinstance(leaf, torch.Tensor) else InputKind.USER
             for leaf in leaves
         ]
         runner = GraphRunner(
