@@ -146,12 +146,20 @@ class RunnerLifecycle(RuleBasedStateMachine):
         out = self._call(which, torch.full((rows, WIDTH), self.value))
         self._keep(out, which, how)
 
-    @rule(which=st.integers(0, 1), rows=st.sampled_from([8, 16, 32]), static=st.booleans())
-    def bind(self, which: int, rows: int, static: bool) -> None:
+    @rule(
+        which=st.integers(0, 1),
+        rows=st.sampled_from([8, 16, 32]),
+        kind=st.sampled_from(["checked", "static", "static, all arguments"]),
+    )
+    def bind(self, which: int, rows: int, kind: str) -> None:
         # Bound only where the runner holds a graph for the shape; bound graphs outlive
         # resets, recaptures and failures of their runner's graphs.
         try:
-            bound = self.runners[which].bind(torch.zeros(rows, WIDTH), static_outputs=static)
+            bound = self.runners[which].bind(
+                torch.zeros(rows, WIDTH),
+                static_outputs=kind != "checked",
+                all_arguments=kind == "static, all arguments",
+            )
         except CaptureError:
             return
         self.bound.append((which, bound))

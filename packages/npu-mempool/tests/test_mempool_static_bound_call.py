@@ -179,3 +179,29 @@ def test_graphs_bound_while_their_warm_up_outputs_lived_replay_in_turn(
             torch.testing.assert_close(out, a * k - b, rtol=0, atol=0)
             del out
     assert [(r.counters.captures, r.counters.replays) for r in runners] == [(1, 2)] * 3
+
+
+def test_a_graph_let_go_under_a_static_bound_graph_frees_its_blocks() -> None:
+    # force_recapture: the static bound graph follows each new graph through the runner; the
+    # runner's reset then frees it. The bound graph still pointed at the freed graph (its
+    # input copy and replay steps), which kept the graph's static buffers in the pool while the
+    # pool counted them free (found by the lifecycle machine).
+    from npu_mempool import graph_pool_handle, top_level_call
+    from npu_mempool._pool import state_of
+
+    pool = graph_pool_handle(torch.device("cpu"))
+    runner = GraphRunner(
+        lambda x: x * 2 + 1,
+        options=CaptureOptions(keep_held_outputs=False, force_recapture=True, pool=pool),
+    )
+    with top_level_call():
+        runner(torch.ones(8, 64))
+    bound = runner.bind(torch.zeros(8, 64), static_outputs=True)
+    with top_level_call():
+        torch.testing.assert_close(bound(torch.full((8, 64), 2.0)), torch.full((8, 64), 5.0))
+    runner.reset()
+    arena = state_of(pool).arena
+    assert arena is not None
+    kept = {block for graph in state_of(pool)._retired.values() for block in graph.graph._blocks}
+    assert arena.blocks() <= kept
+    del bound

@@ -449,6 +449,11 @@ class Entry:
         self.live = False
         self.state.forget(self)
         self.state.disown(self)
+        # Its static buffers go with it, in place: a static bound graph still pointing at the
+        # graph (until its next call follows the runner's new one) shares these lists, and must
+        # not keep pool memory that the pool counts as free.
+        self._dst.clear()
+        self._leaves.clear()
         self.graph.reset()
         self._budget()
 

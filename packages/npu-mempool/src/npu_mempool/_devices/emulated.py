@@ -79,6 +79,10 @@ class EmulatedGraph:
         # As a device allocator does: a block goes back to the pool once no tensor holds it.
         arena = self._state.arena
         assert arena is not None
+        # Its outputs go too: a caller still holding the graph (a bound graph's replay step,
+        # until its next call follows the runner's new graph) must not keep their blocks.
+        self._dst = []
+        self._shared = []
         for block in self._blocks:
             arena.release(block)
         self._blocks = []
