@@ -662,3 +662,27 @@ def test_each_capture_logs_the_replays_and_calls_before_it(
     assert lines[0].endswith("0 replay(s) in 0 call(s) before it")
     # The second shape comes after three calls of the first, two of them replays.
     assert lines[1].endswith("2 replay(s) in 3 call(s) before it")
+
+
+def test_a_buffer_slice_of_another_size_at_the_same_address_is_another_key() -> None:
+    # An engine's persistent buffer passed as PARAMETER: its slices for two sizes start at one
+    # address, and the second replayed the first's graph (two rows for a one-row input).
+    buffer, w = torch.randn(8, 4), torch.randn(4, 4)
+    runner = GraphRunner(lambda h, w: h @ w, input_kinds=[P, P])
+    runner(buffer[:2], w)
+    torch.testing.assert_close(runner(buffer[:2], w), buffer[:2] @ w, rtol=0, atol=0)
+    torch.testing.assert_close(runner(buffer[:1], w), buffer[:1] @ w, rtol=0, atol=0)
+    torch.testing.assert_close(runner(buffer[:4], w), buffer[:4] @ w, rtol=0, atol=0)
+    # The same address and shape through other strides.
+    torch.testing.assert_close(runner(buffer[:4].t(), w), buffer[:4].t() @ w, rtol=0, atol=0)
+    assert runner.counters.captures == 4
+
+
+def test_an_nn_parameter_is_keyed_by_its_address_alone() -> None:
+    # A model's weights keep their layout at their address: no layout read per call for them.
+    weight = torch.nn.Parameter(torch.randn(4, 4), requires_grad=False)
+    runner = GraphRunner(lambda x, w: x @ w, input_kinds=[U, P])
+    runner(torch.randn(2, 4), weight)
+    layout = runner._layout
+    assert layout is not None
+    assert "a[1]" not in layout.key_source

@@ -48,6 +48,16 @@ class Layout:
         self.scalars = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
         # Addresses checked on every call: mutated inputs always, parameters unless frozen.
         self.watched = sorted(self.mutated + ([] if frozen else self.params))
+        # PARAMETER tensors keyed on their layouts too: those that are no nn.Parameter at the
+        # first call. A buffer's slices for two sizes (an engine's persistent input buffer)
+        # start at one address, so the address alone would replay one size's graph for the
+        # other; an nn.Parameter keeps its layout at its address (a new layout is new memory),
+        # and a model's weights are many: one layout read per call each is host time.
+        self.keyed_params = (
+            []
+            if frozen
+            else [i for i in self.params if not isinstance(args[i], torch.nn.Parameter)]
+        )
         # The watched arguments as a tuple, in one C call (an itemgetter of one index would
         # return the item itself: a slice of one keeps it a tuple).
         only = self.watched[0] if len(self.watched) == 1 else 0
@@ -59,8 +69,9 @@ class Layout:
         self.key = self._key_function()
 
     def _key_function(self) -> Callable[[tuple[Any, ...]], Hashable]:
-        # Parameter shapes cannot change without their address changing, so only user and
-        # mutated inputs (and non-tensor values such as SymInts) make up the key. A graph is
+        # An nn.Parameter's layout cannot change without its address changing, so only user,
+        # mutated and keyed parameter inputs (PARAMETER tensors that are no nn.Parameter: see
+        # keyed_params) and non-tensor values such as SymInts make up the key. A graph is
         # only valid for the dtypes it was captured with, and the batched input copy would
         # silently cast another dtype into the static buffer, so dtypes are part of the key. So
         # are strides: a mutated input is used in place, and the same address seen through other
@@ -76,7 +87,7 @@ class Layout:
         # graph compiled with static shapes before calling it) stay out of the key; with every
         # argument guarded the key is a constant and a call computes nothing.
         parts = [] if all(self.guarded) else ["len(a)"]
-        for i in sorted(self.user + self.mutated):
+        for i in sorted(self.user + self.mutated + self.keyed_params):
             if self.guarded[i]:
                 continue
             parts += [f"a[{i}].shape", f"a[{i}].dtype", f"a[{i}].stride()"]

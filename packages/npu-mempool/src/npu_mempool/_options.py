@@ -20,7 +20,9 @@ class InputKind(enum.Enum):
     Attributes:
         PARAMETER: Parameters and buffers. Never copied; the address seen at capture is recorded
             and a later call with another address recaptures that graph, unless
-            ``CaptureOptions.frozen_parameters`` promises that addresses never change.
+            ``CaptureOptions.frozen_parameters`` promises that addresses never change. A tensor
+            that is no ``nn.Parameter`` at the first call (a buffer, a slice of one) is keyed on
+            its shape, dtype and strides too, since slices of one buffer share an address.
         MUTATED: Inputs updated in place by the graph (a KV cache, a step counter). Never copied, so
             the update lands in the caller's tensor; a new address captures a graph for it (reason
             ``"mutated_input_moved"``). While the tensors of the old graph still live (two model
