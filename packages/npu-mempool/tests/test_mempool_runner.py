@@ -686,3 +686,20 @@ def test_an_nn_parameter_is_keyed_by_its_address_alone() -> None:
     layout = runner._layout
     assert layout is not None
     assert "a[1]" not in layout.key_source
+
+
+def test_a_new_parameter_at_a_dead_ones_address_never_replays_its_graph() -> None:
+    # nn.Parameters are keyed by address alone: a new one of another shape that takes a dead
+    # one's address (as a caching allocator hands it out) replayed the dead one's graph.
+    import gc
+
+    x = torch.randn(2, 4)
+    storage = torch.empty(64)  # one allocation both parameters are views of, in turn
+    first = torch.nn.Parameter(storage[:16].view(4, 4), requires_grad=False)
+    runner = GraphRunner(lambda x, w: x @ w, input_kinds=[U, P])
+    runner(x, first)
+    del first
+    gc.collect()
+    second = torch.nn.Parameter(storage[:8].view(4, 2), requires_grad=False)
+    torch.testing.assert_close(runner(x, second), x @ second, rtol=0, atol=0)
+    assert runner.counters.captures == 2

@@ -125,6 +125,8 @@ def capture(
         owner=owner,
         per_call=not options.keep_held_outputs,
     )
+    keyed = set(layout.keyed_params)
+    entry.watch_parameters([args[i] for i in layout.params if i in watched and i not in keyed])
     if rewinds:
         # Recorded per graph, so that freeing the graph lets its memory go (PoolState.disown).
         state.own(entry, statics)

@@ -111,6 +111,7 @@ class Entry:
         "_stale",
         "_static",
         "_storages",
+        "_watchers",
         "coexists",
         "epoch",
         "graph",
@@ -164,6 +165,8 @@ class Entry:
         self.epoch = self.state.epoch
         # Addresses of the watched inputs (MUTATED, and PARAMETER unless frozen) at capture.
         self.ptrs = ptrs
+        # Finalizers of the nn.Parameter inputs (watch_parameters), detached when freed.
+        self._watchers: list[weakref.finalize[Any, Any]] = []
         # The storages of the MUTATED inputs at capture, held weakly: while they all live, the
         # graph still serves the caller's tensors; once one died, the graph is stale. None:
         # liveness cannot tell (an output pins a MUTATED input).
@@ -425,9 +428,19 @@ class Entry:
             return False
         return not any(map(operator.gt, map(storage_uses, self._storages), self._mine))
 
+    def watch_parameters(self, parameters: Sequence[torch.Tensor]) -> None:
+        """Never replay for ``parameters``' addresses again once one of them is collected.
+
+        For the nn.Parameter inputs, which the key leaves out (their layout cannot change at
+        their address): a new parameter of another shape could take a dead one's address, and
+        the address check alone would replay this graph for it.
+        """
+        ref = weakref.ref(self)
+        self._watchers = [weakref.finalize(p, _parameter_died, ref) for p in parameters]
+
     def alive(self) -> bool:
-        """Whether every MUTATED tensor the graph was captured with still exists."""
-        if self.storages is None:
+        """Whether every MUTATED tensor and nn.Parameter the graph was captured with exists."""
+        if self.storages is None or _GONE in self.ptrs:
             return False
         return not any(storage.expired() for storage in self.storages)  # type: ignore[no-untyped-call]
 
@@ -454,12 +467,27 @@ class Entry:
         # not keep pool memory that the pool counts as free.
         self._dst.clear()
         self._leaves.clear()
+        for watcher in self._watchers:
+            watcher.detach()
         self.graph.reset()
         self._budget()
 
     def count_in(self, budget: GraphBudget) -> None:
         """Count this graph in its device's budget until it is freed (or collected)."""
         self._budget = budget.hold(self)
+
+
+#: A watched address of a graph one of whose nn.Parameter inputs was collected: every one of
+#: them reads so, equal to no call's (no address is negative), so the graph never replays
+#: again (and make_room frees it first).
+_GONE = -1
+
+
+def _parameter_died(ref: weakref.ref[Entry]) -> None:
+    entry = ref()
+    if entry is not None:
+        # One assignment: safe from any thread, under any lock or none.
+        entry.ptrs = (_GONE,) * len(entry.ptrs)
 
 
 def _nothing(args: tuple[Any, ...]) -> tuple[Any, ...]:
