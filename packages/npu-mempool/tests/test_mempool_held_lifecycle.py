@@ -75,8 +75,10 @@ def test_a_graph_of_a_dead_cache_keeps_its_held_output() -> None:
     runner = GraphRunner(step, input_kinds=[U, M], options=CaptureOptions(warmup_runs=0))
     cache = torch.zeros(64)
     held = runner(torch.ones(64), cache)  # 3 + 1
-    del cache  # the graph can never be right again: the next capture of the key drops it
+    # Made while the old cache lives, so it cannot take its address (which would rightly replay
+    # the old graph elsewhere rather than drop it).
     fresh = torch.zeros(64)
+    del cache  # the graph can never be right again: the next capture of the key drops it
     out = runner(torch.full((64,), 2.0), fresh)  # 6 + 1, on top of `held`; the old graph goes
     del out
     # A new shape may rewind the pool only while nothing of it is held: `held` still is.
