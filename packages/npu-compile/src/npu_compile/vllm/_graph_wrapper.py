@@ -35,8 +35,14 @@ from itertools import repeat
 from typing import Any
 
 import torch
-from npu_mempool import CaptureOptions, GraphRunner, InputKind, PoolHandle, graph_pool_handle
-from npu_mempool.errors import CaptureError
+from npu_mempool import (
+    CaptureError,
+    CaptureOptions,
+    GraphRunner,
+    InputKind,
+    PoolHandle,
+    graph_pool_handle,
+)
 from torch.utils import _pytree as pytree
 
 from npu_compile._accel import first_tensor_device
