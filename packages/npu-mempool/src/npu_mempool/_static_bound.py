@@ -310,8 +310,8 @@ class StaticBoundCall(StaticBoundGraph):
                 len(args) == self._arity
                 and self._call_guards(*self._pick_tensors(args))
                 and tuple(map(_data_ptr, self._pick_watched(args))) == self._ptrs
-                and self._pick_values(args) == self._values
-                and tuple(map(type, self._pick_values(args))) == self._types
+                and (values := self._pick_values(args)) == self._values
+                and tuple(map(type, values)) == self._types
             )
         except TypeError:  # not tensors where the bound call had them
             fits = False
