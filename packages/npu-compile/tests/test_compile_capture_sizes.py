@@ -289,3 +289,49 @@ def test_padding_fills_the_rows_it_adds_with_the_first_real_row() -> None:
     assert not nothing[0].any()
     assert nothing[2].shape == (4,)
     assert not nothing[2].any()
+
+
+def test_padding_picks_each_batchs_size_and_cuts_the_outputs_it_was_given() -> None:
+    from npu_compile._padding.padded import Padding
+    from npu_compile._padding.proof import BatchInt, SliceRows
+
+    padding = Padding(
+        sizes=(2, 4, 8),  # 16 is listed too, but these guards admit only up to 8
+        largest=16,
+        tensor_dims=((0, 0),),
+        int_args=(),
+        outputs=(SliceRows(0), SliceRows(0), BatchInt(2, 1), None, SliceRows(1), SliceRows(0)),
+        symbol="s0",
+    )
+    assert [padding.target(b) for b in (0, 1, 2, 3, 5, 8, 9, 16, 17)] == [
+        2, 2, 2, 4, 8, 8, 9, 16, None  # 9..16: no admitted size covers them, run as they are
+    ]  # fmt: skip
+    rows = torch.arange(32.0).reshape(8, 4)
+    wide = torch.arange(48.0).reshape(3, 16)  # batch in dim 1, two entries per row
+    empty = torch.empty(8, 0)  # no storage: the runner's own static tensor
+    outputs = (rows, rows, 17, "as is", wide, empty)
+    cut = padding.cut(outputs, 3, 8)
+    assert cut[0] is rows
+    assert cut[1] is rows
+    assert rows.shape == (3, 4)
+    torch.testing.assert_close(rows, torch.arange(12.0).reshape(3, 4))
+    assert cut[2] == 7  # 2 * 3 + 1, recomputed for the real batch
+    assert cut[3] == "as is"
+    assert cut[4] is wide
+    assert wide.shape == (3, 6)
+    torch.testing.assert_close(wide, torch.arange(48.0).reshape(3, 16)[:, :6])
+    assert cut[5] is not empty
+    assert cut[5].shape == (3, 0)
+    assert empty.shape == (8, 0)
+    assert isinstance(cut, tuple)
+    # Nothing to recompute or replace: the very sequence comes back, as a list or a tensor.
+    plain = Padding(
+        sizes=(4,), largest=4, tensor_dims=((0, 0),), int_args=(), outputs=(SliceRows(0),),
+        symbol="s0",
+    )  # fmt: skip
+    listed = [torch.ones(4, 2)]
+    assert plain.cut(listed, 1, 4) is listed
+    assert listed[0].shape == (1, 2)
+    alone = torch.ones(4, 2)
+    assert plain.cut(alone, 3, 4) is alone
+    assert alone.shape == (3, 2)

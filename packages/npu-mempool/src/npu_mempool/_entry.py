@@ -16,6 +16,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from npu_mempool._budget import GraphBudget
 from npu_mempool._devices import Graph
+from npu_mempool._keys import picker
 from npu_mempool._outputs import Output, storage_uses
 from npu_mempool._pool import PoolHandle, PoolState, state_of
 from npu_mempool._steps import StepToken, step_token, steps_ended, take_back_outputs
@@ -171,16 +172,8 @@ class Entry:
         # graph still serves the caller's tensors; once one died, the graph is stale. None:
         # liveness cannot tell (an output pins a MUTATED input).
         self.storages = storages
-        # The input copy: the call's USER tensors (picked by position, as a tuple in one C call:
-        # an itemgetter of one index would return the item itself, a slice of one keeps it a
-        # tuple) into the static buffers.
-        self._pick: Callable[[tuple[Any, ...]], tuple[Any, ...]] = (
-            operator.itemgetter(*user)
-            if len(user) > 1
-            else operator.itemgetter(slice(user[0], user[0] + 1))
-            if user
-            else _nothing
-        )
+        # The input copy: the call's USER tensors (picked by position) into the static buffers.
+        self._pick = picker(user)
         self._dst = dst
         self._copy: Callable[[list[torch.Tensor], tuple[torch.Tensor, ...]], None] = (
             torch._foreach_copy_ if clone_input else _copy_moved
@@ -488,11 +481,6 @@ def _parameter_died(ref: weakref.ref[Entry]) -> None:
     if entry is not None:
         # One assignment: safe from any thread, under any lock or none.
         entry.ptrs = (_GONE,) * len(entry.ptrs)
-
-
-def _nothing(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """No USER tensor to pick: a graph without one copies nothing."""
-    return ()
 
 
 def _uncounted() -> None:

@@ -58,14 +58,7 @@ class Layout:
             if frozen
             else [i for i in self.params if not isinstance(args[i], torch.nn.Parameter)]
         )
-        # The watched arguments as a tuple, in one C call (an itemgetter of one index would
-        # return the item itself: a slice of one keeps it a tuple).
-        only = self.watched[0] if len(self.watched) == 1 else 0
-        self.pick_watched: Callable[[tuple[Any, ...]], tuple[Any, ...]] = (
-            operator.itemgetter(*self.watched)
-            if len(self.watched) > 1
-            else operator.itemgetter(slice(only, only + 1))
-        )
+        self.pick_watched = picker(self.watched)
         self.key = self._key_function()
 
     def _key_function(self) -> Callable[[tuple[Any, ...]], Hashable]:
@@ -126,3 +119,15 @@ def autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
         except RuntimeError:  # a device type this torch build does not know
             continue
     return tuple(state)
+
+
+def picker(positions: Sequence[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """A C callable that returns a call's arguments at ``positions`` as a tuple, of any length.
+
+    One C call per call's pick: an itemgetter of one index would return the item itself, so one
+    position is picked as a slice of one, which keeps it a tuple (none: an empty slice).
+    """
+    if len(positions) > 1:
+        return operator.itemgetter(*positions)
+    first = positions[0] if positions else 0
+    return operator.itemgetter(slice(first, first + len(positions)))

@@ -31,7 +31,6 @@ engine's tests; it costs the hand-out the contract saves.
 
 from __future__ import annotations
 
-import operator
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,7 +40,7 @@ from torch.autograd import profiler
 
 from npu_mempool._bound import BoundGraph, _any_autocast, _data_ptr, layout_guards
 from npu_mempool._entry import Entry
-from npu_mempool._keys import autocast_state
+from npu_mempool._keys import autocast_state, picker
 from npu_mempool._steps import take_back_outputs
 from npu_mempool._trace import profiled
 
@@ -241,15 +240,6 @@ class StaticBoundGraph(BoundGraph):
         return result
 
 
-def _picker(positions: Sequence[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
-    """A C callable that returns the arguments at ``positions`` as a tuple (of any length)."""
-    if len(positions) > 1:
-        return operator.itemgetter(*positions)
-    # An itemgetter of one index returns the item itself, a slice keeps it a tuple.
-    first = positions[0] if positions else 0
-    return operator.itemgetter(slice(first, first + len(positions)))
-
-
 class StaticBoundCall(StaticBoundGraph):
     """``bind(static_outputs=True, all_arguments=True)``: called with the runner's arguments.
 
@@ -288,10 +278,10 @@ class StaticBoundCall(StaticBoundGraph):
         tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         values = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
         self._arity = len(args)
-        self._pick_tensors = _picker(tensors)
-        self._pick_user = _picker(self._user)
-        self._pick_watched = _picker(self._watched)
-        self._pick_values = _picker(values)
+        self._pick_tensors = picker(tensors)
+        self._pick_user = picker(self._user)
+        self._pick_watched = picker(self._watched)
+        self._pick_values = picker(values)
         self._values = self._pick_values(args)
         self._types = tuple(map(type, self._values))
         given = [args[i] for i in tensors]
