@@ -596,7 +596,9 @@ def check_capture_time(ctx: Context) -> dict[str, Any]:
 
     device = ctx.device
     width = 64 if ctx.tiny else 1024
-    shapes = [8 * (i + 1) for i in range(4 if ctx.tiny else 16)]
+    # As many shapes on the dry run: past 8 new shapes captured with no replay between, a
+    # runner runs new shapes eagerly, and a dry run with fewer did not see that.
+    shapes = [8 * (i + 1) for i in range(16)]
     w = torch.randn(width, width, device=device) / width**0.5
     block(torch.randn(8, width, device=device), w)
     synchronize(device)
@@ -613,7 +615,9 @@ def check_capture_time(ctx: Context) -> dict[str, Any]:
         runner(x, w)
         synchronize(device)
         seconds.append(time.perf_counter() - start)
+        runner(x, w)  # a replay, as a shape that is worth capturing gets (not timed)
     assert runner.counters.captures == len(shapes), counted(runner)
+    assert runner.counters.replays == len(shapes), counted(runner)
 
     def ms(values: Sequence[float]) -> dict[str, float]:
         return {
@@ -934,11 +938,22 @@ def child_capture_host_sync(device: torch.device, tiny: bool) -> dict[str, Any]:
     failed = counted(failing) | {"fallbacks": failing.counters.fallbacks}
     del failing
     _clean_exit(device)
-    later = GraphRunner(lambda x: x + 1, options=CaptureOptions(warmup_runs=0), name="later")
+    # The failed capture must not leave the random number generator capturing: eager random
+    # ops after it, and a later capture that draws random numbers, work.
+    drawn = torch.rand(4096, device=device)
+    later = GraphRunner(
+        lambda x: x + torch.rand_like(x), options=CaptureOptions(warmup_runs=0), name="later"
+    )
+    draws = []
     for _ in range(3):
-        x = torch.ones(4, device=device)
-        torch.testing.assert_close(later(x), x + 1)
+        x = torch.ones(4096, device=device)
+        draws.append(later(x) - x)
     after = counted(later)
+    for sample in (drawn, *draws):
+        assert float(sample.min()) >= 0.0, "not uniform in [0, 1)"
+        assert float(sample.max()) < 1.0, "not uniform in [0, 1)"
+        assert abs(float(sample.mean()) - 0.5) < 0.05, "not uniform in [0, 1)"
+    assert not torch.equal(draws[1], draws[2]), "two replays drew the same random numbers"
     default_stream = device.type != "cuda" or (
         torch.cuda.current_stream(device) == torch.cuda.default_stream(device)
     )
@@ -1134,11 +1149,13 @@ def child_stream_scope_after_split(device: torch.device, tiny: bool) -> dict[str
         stats = backend.stats
         runners = stats.runners
         unmatched = [[str(w) for w in npu_streams.unmatched_waits(piece)] for piece in pieces]
+        unordered = [npu_streams.unordered_reads(piece) for piece in pieces]
         reasons = sorted(str(r) for r in stats.fallback_reasons.values())
         entry = {
             "pieces": stats.pieces,
             "splits": {graph: list(splits) for graph, splits in stats.splits.items()},
             "waits without their record, per piece": unmatched,
+            "reads across streams no event orders, per piece": unordered,
             "fallback reasons": reasons,
             "runners": [
                 {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
@@ -1148,6 +1165,8 @@ def child_stream_scope_after_split(device: torch.device, tiny: bool) -> dict[str
         result[name] = entry
         if any(unmatched):
             problems.append(f"{name}: a piece waits on an event it does not record: {unmatched}")
+        if any(unordered):
+            problems.append(f"{name}: a piece reads across streams unordered: {unordered}")
         if entry["stream_tag_after"] != "default":
             problems.append(f"{name}: a stream scope was left open")
         refused = reasons == [str(npu_compile.FallbackReason.SPLIT_IN_STREAM_SCOPE)]

@@ -54,6 +54,10 @@ def run_shapes(runner: GraphRunner, rows: list[int], w: torch.Tensor) -> None:
 
 def measure(rows: list[int], width: int, device: torch.device) -> dict[str, int]:
     w = torch.randn(width, width, device=device) / width**0.5
+    # One eager call first: with no warm-up call, cuBLAS would create its handle inside the
+    # first capture, which CUDA refuses (CUBLAS_STATUS_NOT_INITIALIZED; the key then runs
+    # eagerly and measures nothing).
+    block(torch.randn(rows[0], width, device=device), w)
     out: dict[str, int] = {}
 
     # Every shape is captured on its first call (no warm-up call, which on CUDA would leave a

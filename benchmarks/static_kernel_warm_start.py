@@ -387,6 +387,9 @@ def run_child(
     start = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, check=False)
     wall = time.perf_counter() - start
+    # One line per process as it ends: a run cut short by a time limit still says how far it got.
+    what = "steps" if time_steps else "floor" if floor else "load" if load else "build or load"
+    print(f"  process ({what}) ended after {wall:.1f} s, exit code {result.returncode}", flush=True)
     if result.returncode != 0:
         raise SystemExit(f"child failed:\n{result.stderr[-4000:]}")
     report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])

@@ -72,6 +72,36 @@ def test_a_train_step_with_backward_inside_equals_eager_on_every_step() -> None:
     assert backend.stats.fallback_reasons == {}
 
 
+def test_a_capturable_adamw_step_compiled_with_backward_matches_eager() -> None:
+    # AdamW(capturable=True) keeps its step counts as tensors and adds to them with one foreach
+    # op, as a captured optimizer step on a device needs. The CPU refuses capturable eagerly, so
+    # the reference is the same optimizer without it (the same arithmetic).
+    def make(capturable: bool) -> tuple[torch.nn.Module, Any]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, capturable=capturable)
+
+        def step(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            loss = torch.nn.functional.mse_loss(model(x), target)
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            optimizer.zero_grad()
+            return loss
+
+        return model, step
+
+    reference, reference_step = make(capturable=False)
+    model, step = make(capturable=True)
+    backend = npu_compile.get_npu_backend()
+    compiled = torch.compile(step, backend=backend)
+    for index in range(3):
+        generator = torch.Generator().manual_seed(index)
+        x, target = torch.randn(4, 8, generator=generator), torch.randn(4, 2, generator=generator)
+        torch.testing.assert_close(compiled(x, target), reference_step(x, target))
+        torch.testing.assert_close(list(model.parameters()), list(reference.parameters()))
+    assert backend.stats.fallbacks == []
+
+
 def test_a_train_step_traces_no_graph_of_the_backend_itself() -> None:
     # As many Dynamo graphs as aot_eager: the backward compiler and the backward it returns are
     # not traced (torch's Note [Wrapping bw_compiler in disable]).

@@ -131,6 +131,23 @@ def test_the_backend_gives_eager_numbers_on_overlapping_slices() -> None:
     assert backend.stats.captured >= 1
 
 
+def test_a_foreach_update_written_back_into_its_inputs_can_still_be_read() -> None:
+    # Inductor's pass makes `_foreach_add` copied back into the inputs a `_foreach_add_`, which
+    # returns nothing, and left the graph indexing its result: every call failed.
+    def count(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        torch._foreach_add_([a, b], 1)
+        return a * 2 + b
+
+    backend = npu_compile.get_npu_backend()
+    compiled = torch.compile(count, backend=backend)
+    mine, theirs = [torch.zeros(4), torch.ones(4)], [torch.zeros(4), torch.ones(4)]
+    for _ in range(3):  # the capture and two replays
+        torch.testing.assert_close(compiled(*mine), count(*theirs))
+        torch.testing.assert_close(mine, theirs)
+    assert backend.stats.captured == 1
+    assert backend.stats.fallbacks == []
+
+
 def test_the_cpu_replay_runs_the_graph_a_device_captures() -> None:
     # The CPU emulation used to replay Dynamo's graph, which hid every pass of the backend (and
     # the wrong numbers one of them gave) from CPU tests. The ops a replay runs must be those of

@@ -132,7 +132,10 @@ def test_record_and_wait_under_the_backend_on_the_accelerator(fresh_tagged_event
     with torch.no_grad():
         for _ in range(3):  # warm-up (CUDA), capture, replay
             x = torch.randn(8, 8, device=device)
-            torch.testing.assert_close(compiled(x), _forked(x))
+            # `z * 3` reads the side stream's `z` with no wait of the user's: the backend orders
+            # it (a replay ran it beside `y + 1`: every element wrong). An eager reference on
+            # streams would race the same way, so the reference is the arithmetic.
+            torch.testing.assert_close(compiled(x), (x * 2 + 1) * 3)
     assert backend.stats.captured == 1
     assert backend.stats.piecewise == 0, backend.stats.splits
     assert backend.stats.fallbacks == []
@@ -227,10 +230,18 @@ def test_each_piece_forks_and_joins_its_own_side_streams(
     assert first == []  # no side stream in the first piece: nothing to fork
     assert [event.split("(")[0] for event in second] == [
         "internal_event_record",  # fork, at the piece's start on the main stream
-        "internal_event_wait",  # the side stream waits on it
+        # `o`, made on the main stream and read on the side stream: ordered in the whole graph,
+        # the piece keeps that pair (both ends are in it; `o` is its input by now)
+        "internal_event_record",
+        "internal_event_wait",  # the side stream waits on the fork
+        "internal_event_wait",  # and on `o`
+        "internal_event_record",  # after `o + 1` on the side stream, which `z * 3` reads
         "internal_event_record",  # join, on the side stream before its scope ends
-        "internal_event_wait",  # the main stream waits before the piece returns
+        "internal_event_wait",  # the main stream waits for `z` before `z * 3`
+        "internal_event_wait",  # and for the join before the piece returns
     ]
+    for piece in pieces:
+        assert npu_streams.unordered_reads(piece) == [], _internal(piece)
 
 
 def test_a_split_inside_a_stream_scope_runs_eagerly_with_its_reason(

@@ -58,25 +58,35 @@ class Device:
         self.end_fails: str | None = None
         #: The capture error mode of each capture, in order.
         self.modes: list[str] = []
+        #: Whether the default random number generator is in capture mode.
+        self.generator_capturing = False
         device = self
 
         class Graph:
             def __init__(self) -> None:
                 self.ended = False
+                self.invalidated = False
                 self.pool_id: Any = None
                 self.stream: Any = None
 
             def capture_begin(self, pool: Any, capture_error_mode: str = "global") -> None:
+                if pool is None:  # a private pool of this graph's own
+                    pool = ("private", id(self))
                 self.pool_id, self.stream = pool, device.current
                 device.modes.append(capture_error_mode)
                 device.allocator.begin(pool)
+                device.generator_capturing = True  # the default generator's capture_prologue
 
             def capture_end(self) -> None:
                 if device.current != self.stream:
                     raise RuntimeError("Capture must end on the same stream it began on.")
-                if device.end_fails == "invalidated":
+                if device.end_fails == "invalidated" or self.invalidated:
+                    # The capture is over either way: this graph can never end it, the next
+                    # capture starts afresh.
+                    self.invalidated, device.end_fails = True, None
                     raise RuntimeError("operation failed due to a previous error during capture")
                 device.allocator.end(0, self.pool_id)
+                device.generator_capturing = False  # its capture_epilogue: after a clean end
                 self.ended = True
 
             def pool(self) -> Any:
@@ -223,6 +233,24 @@ def test_a_capture_that_cannot_end_gives_its_use_back_and_retires_the_pool(
     assert second.counters.captures == 1
     assert second.pool is not shared
     assert "left unusable" in caplog.text
+
+
+def test_a_capture_that_cannot_end_leaves_the_random_number_generator_usable(
+    device: Device,
+) -> None:
+    # Seen on CUDA (torch 2.11): a capture invalidated by a cuBLAS error never ended, the
+    # default generator stayed in capture mode, and the next eager torch.randn failed.
+    def invalidate() -> None:
+        device.end_fails = "invalidated"
+
+    runner = GraphRunner(_failing(device, invalidate), options=CaptureOptions(warmup_runs=0))
+    runner(torch.ones(4))  # the capture fails; the call runs eagerly
+    device.end_fails = None
+    assert runner.counters.fallbacks == 1
+    assert not device.generator_capturing
+    assert device.current == "caller-stream"
+    gc.collect()
+    assert device.allocator.routing == set()
 
 
 def test_a_shared_pool_whose_graphs_were_all_freed_takes_new_captures(device: Device) -> None:

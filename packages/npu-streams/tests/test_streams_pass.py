@@ -52,7 +52,9 @@ def _stream_calls(gm: torch.fx.GraphModule) -> list[tuple[str, ...]]:
     for node in gm.graph.nodes:
         if node.op == "call_function" and "npu_streams" in str(node.target):
             name = str(node.target).split(".")[1]
-            tag = next(a for a in node.args if isinstance(a, str))
+            tag = next((a for a in node.args if isinstance(a, str)), None)
+            if tag is None:  # a record() marker: no tag, its device in kwargs
+                continue
             calls.append((name, re.sub(r"^graph\d+\.", "", tag), node.meta[STREAM_META_KEY]))
     return calls
 
@@ -323,14 +325,21 @@ def test_each_piece_of_a_split_graph_gets_its_own_fork_and_join() -> None:
         npu_streams.prepare_piece(piece)
         assert npu_streams.unmatched_waits(piece) == []
     assert _stream_calls(first) == []
+    # The fork is recorded at the piece's start, before `cos`: the side stream's read of `z`
+    # and the main stream's read of `w` each wait for their producer (reads across streams).
     assert _stream_calls(second) == [
         ("internal_event_record", "fork", "default"),
+        ("internal_event_record", "read0", "default"),
         ("stream_enter", "side", "side"),
         ("internal_event_wait", "fork", "side"),
+        ("internal_event_wait", "read0", "side"),
+        ("internal_event_record", "read1", "side"),
         ("internal_event_record", "join0", "side"),
         ("stream_exit", "side", "side"),
+        ("internal_event_wait", "read1", "default"),
         ("internal_event_wait", "join0", "default"),
     ]
+    assert npu_streams.unordered_reads(second) == []
     (out,) = split(x)
     torch.testing.assert_close(out, fn(x))
 
@@ -346,3 +355,53 @@ def test_prepare_piece_refuses_a_piece_that_cuts_a_scope() -> None:
     split = _split_in_two(gm, "cos")
     with pytest.raises(StreamScopeError, match="is opened but never closed"):
         npu_streams.prepare_piece(split.submod_0)
+
+
+def _read_waits(gm: torch.fx.GraphModule) -> list[tuple[str, ...]]:
+    """The internal events that order reads across streams, as ``_stream_calls`` lists them."""
+    return [call for call in _stream_calls(gm) if call[1].startswith("read")]
+
+
+def test_a_value_read_on_another_stream_waits_for_its_producer(fake_device: Any) -> None:
+    # Without these waits a replayed device graph ran `z * 3` beside `y + 1` and read `z`'s
+    # memory before it was written (CUDA: every element wrong, no error); the fork, recorded at
+    # the graph's start, did not order the side stream after `sin` either.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = x.sin()
+        with npu_stream_switch("side"):
+            z = y + 1
+        return z * 3
+
+    x = torch.randn(4)
+    gm, out = _compile_prepared(fn, [x])
+    torch.testing.assert_close(out, fn(x))
+    assert npu_streams.unordered_reads(gm) == []
+    assert _read_waits(gm) == [
+        ("internal_event_record", "read0", "default"),  # after sin
+        ("internal_event_wait", "read0", "side"),  # before y + 1
+        ("internal_event_record", "read1", "side"),  # after y + 1
+        ("internal_event_wait", "read1", "default"),  # before z * 3
+    ]
+    # The same graph without them: the checker names both reads.
+    for node in [n for n in gm.graph.nodes if ".read" in str(n.args[:1])]:
+        gm.graph.erase_node(node)
+    assert [line.split(" reads ")[1] for line in npu_streams.unordered_reads(gm)] == [
+        "sin (stream 'default')",
+        "add (stream 'side')",
+    ]
+
+
+def test_a_read_the_program_already_orders_gets_no_second_wait() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        marker = npu_streams.record()
+        with npu_stream_switch("side"):
+            npu_streams.wait([marker])  # orders the side stream after `y`
+            z = y + 1
+        return z * 3  # nothing orders this read
+
+    x = torch.randn(4)
+    gm, out = _compile_prepared(fn, [x])
+    torch.testing.assert_close(out, fn(x))
+    assert npu_streams.unordered_reads(gm) == []
+    assert [call[2] for call in _read_waits(gm)] == ["side", "default"]  # z's record and wait

@@ -24,6 +24,7 @@ from npu_streams._pass import (
     prepare_piece,
     unmatched_waits,
 )
+from npu_streams._reads import unordered_reads
 from npu_streams._runtime import DEFAULT_TAG, TaggedEvent
 from npu_streams._scope import current_stream_tag, npu_stream_switch, scopes_closed_on_error
 from npu_streams._version import __version__
@@ -49,6 +50,7 @@ __all__ = [
     "prepare_for_capture",
     "prepare_piece",
     "unmatched_waits",
+    "unordered_reads",
     "has_stream_ops",
     "STREAM_META_KEY",
     # errors

@@ -11,6 +11,9 @@ scope, the same fork/join pairs a hand-written multi-stream capture uses:
 * join: each side stream records an internal event right before its scope is left; the main
   stream waits on all of them right before the graph returns.
 
+* reads across streams: an op that reads a value another stream made waits for it, unless the
+  program already orders the two (see [Note: reads across streams] in ``_reads``).
+
 User events and record-stream calls are already graph-safe ops that record, wait and record the
 stream at run time, during a capture too; the pass keeps them in place and checks their tags.
 Every node gets ``node.meta["npu_stream"]``: the tag of the stream it runs on, ``"default"`` for
@@ -26,7 +29,9 @@ import logging
 import torch
 import torch.fx
 
+from npu_streams._nodes import INTERNAL, ROLE_KEY, STREAM_META_KEY, insert, op_name
 from npu_streams._ops import OVERLOADS
+from npu_streams._reads import order_reads
 from npu_streams._runtime import DEFAULT_TAG, lookup_event
 from npu_streams.errors import StreamScopeError, StreamTagError
 
@@ -40,28 +45,7 @@ __all__ = [
 
 _log = logging.getLogger("npu_streams")
 
-STREAM_META_KEY = "npu_stream"
-"""``node.meta`` key holding the stream tag each node runs on (``"default"``: main stream)."""
-
-_NAME_BY_TARGET: dict[object, str] = {}
-for _name, _overload in OVERLOADS.items():
-    _NAME_BY_TARGET[_overload] = _name
-    _NAME_BY_TARGET[_overload.overloadpacket] = _name
-
-_INTERNAL = frozenset({"internal_event_record", "internal_event_wait"})
-#: ``node.meta`` key of an internal event node: ``"fork"``, ``"join"`` or ``"dep"`` (see
-#: :func:`prepare_piece`).
-_ROLE_KEY = "npu_stream_event"
 _graph_ids = itertools.count()
-
-
-def _op_name(node: torch.fx.Node) -> str | None:
-    if node.op != "call_function":
-        return None
-    try:
-        return _NAME_BY_TARGET.get(node.target)
-    except TypeError:  # an unhashable target cannot be one of ours
-        return None
 
 
 def _tag_arg(node: torch.fx.Node, index: int, name: str) -> str:
@@ -84,7 +68,7 @@ def has_stream_ops(gm: torch.fx.GraphModule) -> bool:
     Returns:
         True if at least one node calls an ``npu_streams`` op.
     """
-    return any(_op_name(node) is not None for node in gm.graph.nodes)
+    return any(op_name(node) is not None for node in gm.graph.nodes)
 
 
 def _graph_break_error(tag: str, how: str) -> StreamScopeError:
@@ -103,7 +87,7 @@ def _label_and_validate(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torc
     recorded: set[str] = set()
     priorities: dict[str, str] = {}
     for node in graph.nodes:
-        name = _op_name(node)
+        name = op_name(node)
         if name == "stream_enter":
             tag = _tag_arg(node, 0, "tag")
             priority = _tag_arg(node, 1, "priority")
@@ -144,16 +128,6 @@ def _label_and_validate(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torc
     if open_scopes:
         raise _graph_break_error(open_scopes[-1][0], "is opened but never closed")
     return scopes
-
-
-def _insert(
-    graph: torch.fx.Graph, name: str, tag: str, stream: str, *, before: torch.fx.Node, role: str
-) -> torch.fx.Node:
-    with graph.inserting_before(before):
-        node = graph.call_function(OVERLOADS[name], (tag,))
-    node.meta[STREAM_META_KEY] = stream
-    node.meta[_ROLE_KEY] = role
-    return node
 
 
 def _join_point(graph: torch.fx.Graph) -> torch.fx.Node:
@@ -201,12 +175,12 @@ def prepare_for_capture(
         EventTagError: A user event in the graph no longer exists.
     """
     graph = gm.graph
-    names = [_op_name(node) for node in graph.nodes]
+    names = [op_name(node) for node in graph.nodes]
     if not any(names):
         return gm
     if device is not None and _place_markers(graph, torch.device(device)):
         gm.recompile()
-    already_prepared = any(name in _INTERNAL for name in names)
+    already_prepared = any(name in INTERNAL for name in names)
     scopes = _label_and_validate(graph)
     side_scopes = [(enter, exit_, tag) for enter, exit_, tag in scopes if tag != DEFAULT_TAG]
     if already_prepared or not side_scopes:
@@ -241,14 +215,14 @@ def prepare_piece(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             graph was split inside the scope.
     """
     graph = gm.graph
-    if not any(_op_name(node) for node in graph.nodes):
+    if not any(op_name(node) for node in graph.nodes):
         return gm
-    internal = [node for node in graph.nodes if _op_name(node) in _INTERNAL]
-    recorded = {n.args[0] for n in internal if _op_name(n) == "internal_event_record"}
-    waited = {n.args[0] for n in internal if _op_name(n) == "internal_event_wait"}
+    internal = [node for node in graph.nodes if op_name(node) in INTERNAL]
+    recorded = {n.args[0] for n in internal if op_name(n) == "internal_event_record"}
+    waited = {n.args[0] for n in internal if op_name(n) == "internal_event_wait"}
     for node in internal:
-        role = node.meta.get(_ROLE_KEY)
-        other_end = waited if _op_name(node) == "internal_event_record" else recorded
+        role = node.meta.get(ROLE_KEY)
+        other_end = waited if op_name(node) == "internal_event_record" else recorded
         if role in ("fork", "join") or (role == "dep" and node.args[0] not in other_end):
             graph.erase_node(node)
     scopes = _label_and_validate(graph)
@@ -268,7 +242,7 @@ def unmatched_waits(gm: torch.fx.GraphModule) -> list[str]:
     recorded: set[object] = set()
     unmatched: list[str] = []
     for node in gm.graph.nodes:
-        name = _op_name(node)
+        name = op_name(node)
         if name == "internal_event_record":
             recorded.add(node.args[0])
         elif name == "internal_event_wait" and node.args[0] not in recorded:
@@ -285,12 +259,12 @@ def _fork_and_join(
         fork_tag = f"graph{graph_id}.fork"
         first_op = next(node for node in graph.nodes if node.op != "placeholder")
         join_point = _join_point(graph)
-        _insert(graph, "internal_event_record", fork_tag, DEFAULT_TAG, before=first_op, role="fork")
+        insert(graph, "internal_event_record", fork_tag, DEFAULT_TAG, before=first_op, role="fork")
         for index, (enter, exit_, tag) in enumerate(side_scopes):
-            _insert(graph, "internal_event_wait", fork_tag, tag, before=enter.next, role="fork")
+            insert(graph, "internal_event_wait", fork_tag, tag, before=enter.next, role="fork")
             join_tag = f"graph{graph_id}.join{index}"
-            _insert(graph, "internal_event_record", join_tag, tag, before=exit_, role="join")
-            _insert(
+            insert(graph, "internal_event_record", join_tag, tag, before=exit_, role="join")
+            insert(
                 graph, "internal_event_wait", join_tag, DEFAULT_TAG, before=join_point, role="join"
             )
             _log.debug(
@@ -302,6 +276,7 @@ def _fork_and_join(
                 join_tag,
             )
     _order_waits(graph, graph_id)
+    order_reads(graph, graph_id)
     graph.lint()
 
 
@@ -309,7 +284,7 @@ def _place_markers(graph: torch.fx.Graph, device: torch.device) -> bool:
     """Make every ``record()`` marker of ``graph`` on ``device``; return whether one moved."""
     moved = False
     for node in graph.nodes:
-        if _op_name(node) != "record":
+        if op_name(node) != "record":
             continue
         old = node.meta.get("val")
         if isinstance(old, torch.Tensor) and old.device == device and node.kwargs:
@@ -334,7 +309,7 @@ def _order_waits(graph: torch.fx.Graph, graph_id: int) -> None:
     """
     count = 0
     for node in list(graph.nodes):
-        if _op_name(node) != "wait":
+        if op_name(node) != "wait":
             continue
         stream = node.meta.get(STREAM_META_KEY, DEFAULT_TAG)
         tensors = node.args[0] if node.args else node.kwargs.get("tensors", ())
@@ -350,8 +325,8 @@ def _order_waits(graph: torch.fx.Graph, graph_id: int) -> None:
             with graph.inserting_after(producer):
                 marker = graph.call_function(OVERLOADS["internal_event_record"], (tag,))
             marker.meta[STREAM_META_KEY] = source
-            marker.meta[_ROLE_KEY] = "dep"
-            _insert(graph, "internal_event_wait", tag, stream, before=node, role="dep")
+            marker.meta[ROLE_KEY] = "dep"
+            insert(graph, "internal_event_wait", tag, stream, before=node, role="dep")
         # The producers are joined above. The op itself would wait for every tagged stream of
         # the process, recorded outside the capture, which invalidates a device capture.
         graph.erase_node(node)

@@ -292,7 +292,34 @@ def reinplace_input_mutations(graph: torch.fx.Graph) -> None:
 
     if not _inputs_read_across_streams(graph):
         reinplace_inplaceable_ops_core(graph)
+        _read_foreach_results_from_operands(graph)
     _reinplace_copied_back_ops(graph)
+
+
+def _read_foreach_results_from_operands(graph: torch.fx.Graph) -> None:
+    """Point the readers of an in-place foreach op's results at the tensors it wrote.
+
+    Inductor's pass turns ``_foreach_add(xs, 1)`` copied back into ``xs`` into
+    ``_foreach_add_(xs, 1)`` and leaves the ``getitem`` nodes that read its results: Inductor's
+    lowering returns the written list, but the ATen op returns nothing, so the graph as a device
+    captures it (and as it runs eagerly) would index ``None`` (an optimizer's step counts:
+    ``capturable`` Adam). Element ``i`` of the result is ``xs[i]`` after the write, and every
+    reader of the getitem comes after the op.
+    """
+    for node in list(graph.nodes):
+        target = node.target
+        if not isinstance(target, torch._ops.OpOverload) or target._schema.returns:
+            continue
+        if not node.args or not isinstance(node.args[0], (list, tuple)):
+            continue
+        written = node.args[0]
+        for user in list(node.users):
+            if user.target is not operator.getitem or not isinstance(user.args[1], int):
+                continue
+            replacement = written[user.args[1]]
+            if isinstance(replacement, Node):
+                user.replace_all_uses_with(replacement)
+                graph.erase_node(user)
 
 
 def _reinplace_copied_back_ops(graph: torch.fx.Graph) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import warnings
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -13,6 +14,8 @@ import torch
 from npu_mempool._budget import graph_budget
 from npu_mempool._devices.base import Body, Graph, static_strides
 from npu_mempool._pool import PoolHandle, state_of
+
+_log = logging.getLogger("npu_mempool")
 
 __all__ = [
     "DeviceBackend",
@@ -218,11 +221,39 @@ class DeviceBackend:
                 self._family.set_stream(state.stream)
                 graph.capture_end()
         self._family.set_stream(caller_stream)
+        if graph is not None and not _capture_ended(graph):
+            self._end_generator_capture(pool.device)
         if self._family.end_allocate_to_pool(index, state.native):
             # The capture never ended cleanly: give capture_begin's use back, and capture
             # nothing more into this pool (what the failure left in it is not known).
             self._family.release_pool(index, state.native)
             state.mark_broken()
+
+    def _end_generator_capture(self, device: torch.device) -> None:
+        """Take the default random number generator out of the capture that never ended.
+
+        [Note: a generator left capturing] ``capture_begin`` puts the device's default
+        generator into capture mode, and only a ``capture_end`` that succeeds takes it out
+        (torch 2.11: after ``cudaStreamEndCapture``, which fails for an invalidated capture).
+        Left so, every random op after it fails eagerly ("Offset increment outside graph
+        capture encountered unexpectedly"), in the fallback call and in the user's code. One
+        empty capture that ends cleanly takes the generator through capture and out of it
+        again; its own graph is dropped at once. Swapping in a fresh generator state would do
+        it too, but the graphs captured before would then advance the old state's offset on
+        every replay while eager ops draw from the new one: the same random numbers twice.
+        """
+        graph = self._family.legacy_graph()
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", r"The \w+ Graph is empty", UserWarning)
+                with self._family.legacy_context(
+                    graph, None, self._family.stream(device), "thread_local"
+                ):
+                    pass
+        except RuntimeError as error:  # a device in an error state: nothing more to do here
+            _log.debug("could not end the random number generator's capture: %s", error)
+        finally:
+            graph.reset()
 
     def _measure(self, pool: PoolHandle, reserved_before: int) -> None:
         """Keep what the pool's byte count needs after a capture into it (a cheap read)."""
