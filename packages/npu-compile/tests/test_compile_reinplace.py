@@ -212,3 +212,55 @@ def test_an_op_without_a_schema_may_return_any_operand() -> None:
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.view(-1)
+
+
+def _prepared_aot_graph(fn: Callable[..., object], *args: torch.Tensor) -> torch.fx.GraphModule:
+    """The AOT forward graph of ``fn`` after npu_streams' pass (each node labelled its stream)."""
+    import npu_streams
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def prepared(gm: torch.fx.GraphModule, example: object) -> Callable[..., object]:
+        graphs.append(npu_streams.prepare_for_capture(gm))
+        return gm.forward
+
+    def backend(gm: torch.fx.GraphModule, example: list[torch.Tensor]) -> Callable[..., object]:
+        return aot_module_simplified(gm, example, fw_compiler=prepared)  # type: ignore[no-any-return]
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(fn, backend=backend, fullgraph=True)(*args)
+    torch._dynamo.reset()
+    (graph,) = graphs
+    return graph
+
+
+def test_memory_another_stream_reads_is_not_written_in_place() -> None:
+    # `a + 1` on the side stream is the last reader of `a`, but `a * 3` on the main stream read
+    # it earlier and may still be running when the side stream writes: on a device `r` would
+    # see the new values. Nothing orders a write after an earlier read on another stream.
+    from npu_streams import npu_stream_switch
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = x * 2
+        r = a * 3
+        with npu_stream_switch("side"):
+            b = a + 1
+        return r, b
+
+    gm = _prepared_aot_graph(fn, torch.randn(4))
+    reinplace_intermediates(gm.graph)
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert "aten.add_.Tensor" not in targets
+
+    def one_stream(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = x * 2
+        with npu_stream_switch("side"):
+            b = a + 1  # the only reader of `a`, after the wait on its producer
+        return x, b
+
+    gm = _prepared_aot_graph(one_stream, torch.randn(4))
+    reinplace_intermediates(gm.graph)
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert "aten.add_.Tensor" in targets

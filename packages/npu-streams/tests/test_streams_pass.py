@@ -333,10 +333,12 @@ def test_each_piece_of_a_split_graph_gets_its_own_fork_and_join() -> None:
         ("stream_enter", "side", "side"),
         ("internal_event_wait", "fork", "side"),
         ("internal_event_wait", "read0", "side"),
+        ("record_tagged_stream", "side", "side"),  # `z` is used on the side stream too
         ("internal_event_record", "read1", "side"),
         ("internal_event_record", "join0", "side"),
         ("stream_exit", "side", "side"),
         ("internal_event_wait", "read1", "default"),
+        ("record_tagged_stream", "default", "default"),  # and `w` on the main stream
         ("internal_event_wait", "join0", "default"),
     ]
     assert npu_streams.unordered_reads(second) == []
@@ -374,6 +376,22 @@ def test_a_value_read_on_another_stream_waits_for_its_producer(fake_device: Any)
 
     x = torch.randn(4)
     gm, out = _compile_prepared(fn, [x])
+    # The compiled call, as the device sees it: ev0 = fork, ev1 = after `sin`, ev2 = after
+    # `y + 1`, ev3 = join; each value is also recorded on the stream that reads it.
+    assert fake_device.log == [
+        ("record", "ev0", "main"),
+        ("record", "ev1", "main"),
+        ("set_stream", "side0"),
+        ("wait", "ev0", "side0"),
+        ("wait", "ev1", "side0"),  # `y + 1` waits for `sin`
+        ("record_stream", "side0"),  # `y` is used on the side stream
+        ("record", "ev2", "side0"),
+        ("record", "ev3", "side0"),
+        ("set_stream", "main"),
+        ("wait", "ev2", "main"),  # `z * 3` waits for `y + 1`
+        ("record_stream", "main"),  # `z` is used on the main stream
+        ("wait", "ev3", "main"),
+    ]
     torch.testing.assert_close(out, fn(x))
     assert npu_streams.unordered_reads(gm) == []
     assert _read_waits(gm) == [

@@ -90,7 +90,10 @@ def order_reads(graph: torch.fx.Graph, graph_id: int) -> int:
 
     See [Note: reads across streams]. The producer records an internal event on its stream right
     after it runs (one per producer), and the reader's stream waits on it right before the
-    reader (once per producer and reading stream: later readers there are ordered by then).
+    reader (once per producer and reading stream: later readers there are ordered by then). The
+    tensor is recorded on the reader's stream as well (``npu_record_tagged_stream``): the
+    allocator then reuses its memory only once that stream's work on it is done, also for the
+    later allocations of the producer's stream, which nothing else orders after the read.
     Returns how many waits were added.
 
     Args:
@@ -109,7 +112,14 @@ def order_reads(graph: torch.fx.Graph, graph_id: int) -> int:
                 marker = graph.call_function(OVERLOADS["internal_event_record"], (tag,))
             marker.meta[STREAM_META_KEY] = _stream(producer)
             marker.meta[ROLE_KEY] = "dep"
-        insert(graph, "internal_event_wait", tag, _stream(reader), before=reader, role="dep")
+        stream = _stream(reader)
+        insert(graph, "internal_event_wait", tag, stream, before=reader, role="dep")
+        if isinstance(producer.meta.get("val"), torch.Tensor):
+            # The memory is used on the reader's stream too: not reused until that work is
+            # done (the allocator knows only the stream it was made on).
+            with graph.inserting_before(reader):
+                kept = graph.call_function(OVERLOADS["record_tagged_stream"], (producer, stream))
+            kept.meta[STREAM_META_KEY] = stream
         waits += 1
         return True
 

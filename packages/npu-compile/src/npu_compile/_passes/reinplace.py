@@ -19,7 +19,10 @@ fake storage exactly where the real tensors will). Writing ``a`` in place is inv
    has already overwritten);
 4. ``op_`` exists with the same schema and the result has ``a``'s dtype, sizes and strides
    (no type promotion, no broadcast, no layout a later view depends on);
-5. ``op`` draws no random numbers (an in-place variant may draw them differently).
+5. ``op`` draws no random numbers (an in-place variant may draw them differently);
+6. every node that reads the memory runs on ``op``'s stream: a reader on another stream that
+   comes *before* ``op`` in program order may still be running when ``op`` writes (the graph
+   orders reads after their producers, not writes after earlier reads).
 
 Torch's own FX pass (``torch.fx.passes.reinplace``) misses (3) and gave wrong numbers on
 Hugging Face's position-id code, which subtracts two overlapping slices of one tensor; Inductor's
@@ -242,8 +245,11 @@ def reinplace_intermediates(graph: torch.fx.Graph) -> int:
         if any(memory.of(other) is storage for other in _operands(node)[1:]):
             continue  # condition 3
         position = memory.order[node]
-        if any(memory.order.get(reader, -1) > position for reader in memory.readers(storage)):
+        readers = memory.readers(storage)
+        if any(memory.order.get(reader, -1) > position for reader in readers):
             continue  # condition 2
+        if len(_streams({*readers, node})) > 1:
+            continue  # condition 6
         node.target = inplace
         memory.merge(storage, node)
         changed += 1
