@@ -170,9 +170,9 @@ failed=0
 
 # name | estimate | limit | minimum (what a step needs at least to say anything)
 declare -A ESTIMATE=([environment]=10 [smoke]=80 [device_tests]=90 [decode_step]=75
-    [replay_overhead]=20 [pool_reuse]=10 [streams_overlap]=20 [static_kernel_warm_start]=70)
+    [replay_overhead]=20 [pool_reuse]=10 [streams_overlap]=20 [static_kernel_warm_start]=200)
 declare -A LIMIT=([environment]=60 [smoke]=120 [device_tests]=170 [decode_step]=150
-    [replay_overhead]=60 [pool_reuse]=45 [streams_overlap]=60 [static_kernel_warm_start]=180)
+    [replay_overhead]=60 [pool_reuse]=45 [streams_overlap]=60 [static_kernel_warm_start]=270)
 declare -A MINIMUM=([environment]=20 [smoke]=60 [device_tests]=60 [decode_step]=60
     [replay_overhead]=20 [pool_reuse]=15 [streams_overlap]=20 [static_kernel_warm_start]=60)
 # Steps that keep time for themselves from the ones before; the warm start takes what is left.
