@@ -409,6 +409,21 @@ def test_a_value_read_on_another_stream_waits_for_its_producer(fake_device: Any)
     ]
 
 
+def test_reads_across_streams_are_ordered_in_a_dynamo_graph_too() -> None:
+    # A Dynamo graph (before AOT autograd) calls methods and keeps its values as example_value.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = x.sin()
+        with npu_stream_switch("side"):
+            z = y.add(1)
+        return z.mul(3)
+
+    x = torch.randn(4)
+    gm, out = _compile_prepared(fn, [x], aot=False)
+    torch.testing.assert_close(out, fn(x))
+    assert npu_streams.unordered_reads(gm) == []
+    assert [call[2] for call in _read_waits(gm)] == ["default", "side", "side", "default"]
+
+
 def test_a_read_the_program_already_orders_gets_no_second_wait() -> None:
     def fn(x: torch.Tensor) -> torch.Tensor:
         y = x * 2

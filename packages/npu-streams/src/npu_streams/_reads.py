@@ -31,6 +31,7 @@ __all__ = ["order_reads", "unordered_reads"]
 Clock = dict[str, int]
 _RECORDS = frozenset({"internal_event_record", "tagged_event_record"})
 _WAITS = frozenset({"internal_event_wait", "tagged_event_wait"})
+_OPS = frozenset({"call_function", "call_method", "call_module"})
 
 
 def _stream(node: torch.fx.Node) -> str:
@@ -38,11 +39,16 @@ def _stream(node: torch.fx.Node) -> str:
     return tag if isinstance(tag, str) else DEFAULT_TAG
 
 
+def _value(node: torch.fx.Node) -> object:
+    """The traced value of ``node``: ``val`` in an AOT graph, ``example_value`` in Dynamo's."""
+    return node.meta.get("val", node.meta.get("example_value"))
+
+
 def _makes_tensors(node: torch.fx.Node) -> bool:
     """Whether ``node`` is an op whose value holds a tensor (a view or an element included)."""
-    if node.op != "call_function" or op_name(node) is not None:
+    if node.op not in _OPS or op_name(node) is not None:
         return False  # inputs and constants are ready before the graph starts; markers are ours
-    value = node.meta.get("val")
+    value = _value(node)
     if isinstance(value, (list, tuple)):
         return any(isinstance(item, torch.Tensor) for item in value)
     return isinstance(value, torch.Tensor)
@@ -114,7 +120,7 @@ def order_reads(graph: torch.fx.Graph, graph_id: int) -> int:
             marker.meta[ROLE_KEY] = "dep"
         stream = _stream(reader)
         insert(graph, "internal_event_wait", tag, stream, before=reader, role="dep")
-        if isinstance(producer.meta.get("val"), torch.Tensor):
+        if isinstance(_value(producer), torch.Tensor):
             # The memory is used on the reader's stream too: not reused until that work is
             # done (the allocator knows only the stream it was made on).
             with graph.inserting_before(reader):
