@@ -1292,6 +1292,54 @@ def child_streams_record_wait(device: torch.device, tiny: bool) -> dict[str, Any
     return result
 
 
+def child_streams_read_without_wait(device: torch.device, tiny: bool) -> dict[str, Any]:
+    """Values read across streams with no event of the user's: the backend orders them.
+
+    The side stream runs a chain of matmuls on a value the main stream made before the scope,
+    and the main stream reads its result right after the scope; nothing in the program orders
+    either read. A replay that ran them side by side would read memory not yet written.
+    """
+    import npu_compile
+    import npu_streams
+
+    size, depth = (64, 2) if tiny else (1024, 8)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = x @ w
+        with npu_streams.npu_stream_switch("unordered"):
+            z = y
+            for _ in range(depth):
+                z = torch.relu(z @ w)
+        return z * 3 + 1
+
+    def arithmetic(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        z = x @ w
+        for _ in range(depth):
+            z = torch.relu(z @ w)
+        return z * 3 + 1
+
+    torch.manual_seed(0)
+    w = torch.randn(size, size, device=device) / size**0.5
+    backend = npu_compile.get_npu_backend()
+    compiled = torch.compile(fn, backend=backend, dynamic=False, fullgraph=True)
+    for _ in range(4):
+        x = torch.randn(size, size, device=device)
+        close(compiled(x, w), arithmetic(x, w))
+    runners = backend.stats.runners
+    result = {
+        "runners": [
+            {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
+        ],
+        "fallbacks": [str(f) for f in backend.stats.fallbacks],
+        "stream_tag_after": npu_streams.current_stream_tag(),
+    }
+    _clean_exit(device)
+    assert not backend.stats.fallbacks, f"fell back: {result}"
+    assert len(runners) == 1, f"not one graph: {result}"
+    assert runners[0].counters.replays >= 1, f"never replayed: {result}"
+    return result
+
+
 CHILDREN: dict[str, Callable[[torch.device, bool], dict[str, Any]]] = {
     "multi_stream": child_multi_stream,
     "capture_error_python": child_capture_error_python,
@@ -1300,6 +1348,7 @@ CHILDREN: dict[str, Callable[[torch.device, bool], dict[str, Any]]] = {
     "held_output_new_shape": child_held_output_new_shape,
     "force_recapture_held": child_force_recapture_held,
     "streams_record_wait": child_streams_record_wait,
+    "streams_read_without_wait": child_streams_read_without_wait,
     "stream_scope_after_split": child_stream_scope_after_split,
     "force_recapture_memory": child_force_recapture_memory,
 }
@@ -1310,7 +1359,12 @@ CHILDREN: dict[str, Callable[[torch.device, bool], dict[str, Any]]] = {
 CHILD_PROCESSES: tuple[tuple[str, ...], ...] = (
     ("multi_stream",),
     ("capture_error_python",),
-    ("capture_stream_wait", "streams_record_wait", "stream_scope_after_split"),
+    (
+        "capture_stream_wait",
+        "streams_record_wait",
+        "streams_read_without_wait",
+        "stream_scope_after_split",
+    ),
     ("capture_host_sync",),
     ("held_output_new_shape", "force_recapture_held", "force_recapture_memory"),
 )
