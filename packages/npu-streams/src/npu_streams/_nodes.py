@@ -7,7 +7,7 @@ import torch.fx
 
 from npu_streams._ops import OVERLOADS
 
-__all__ = ["INTERNAL", "ROLE_KEY", "STREAM_META_KEY", "insert", "op_name"]
+__all__ = ["INTERNAL", "ROLE_KEY", "STREAM_META_KEY", "insert", "op_name", "record_after"]
 
 STREAM_META_KEY = "npu_stream"
 """``node.meta`` key holding the stream tag each node runs on (``"default"``: main stream)."""
@@ -41,4 +41,16 @@ def insert(
         node = graph.call_function(OVERLOADS[name], (tag,))
     node.meta[STREAM_META_KEY] = stream
     node.meta[ROLE_KEY] = role
+    return node
+
+
+def record_after(graph: torch.fx.Graph, producer: torch.fx.Node, tag: str) -> torch.fx.Node:
+    """Record the internal event ``tag`` right after ``producer``, on ``producer``'s stream.
+
+    The other end of a ``"dep"``: a wait on ``tag`` orders its stream after ``producer``.
+    """
+    with graph.inserting_after(producer):
+        node = graph.call_function(OVERLOADS["internal_event_record"], (tag,))
+    node.meta[STREAM_META_KEY] = producer.meta.get(STREAM_META_KEY, "default")
+    node.meta[ROLE_KEY] = "dep"
     return node

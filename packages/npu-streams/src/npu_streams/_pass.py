@@ -29,8 +29,14 @@ import logging
 import torch
 import torch.fx
 
-from npu_streams._nodes import INTERNAL, ROLE_KEY, STREAM_META_KEY, insert, op_name
-from npu_streams._ops import OVERLOADS
+from npu_streams._nodes import (
+    INTERNAL,
+    ROLE_KEY,
+    STREAM_META_KEY,
+    insert,
+    op_name,
+    record_after,
+)
 from npu_streams._reads import order_reads
 from npu_streams._runtime import DEFAULT_TAG, lookup_event
 from npu_streams.errors import StreamScopeError, StreamTagError
@@ -155,10 +161,12 @@ def prepare_for_capture(
     """Prepare a graph with stream scopes for capture into a device graph (in place).
 
     Validates that scopes are balanced, inserts the fork/join event pairs that side streams need
-    inside a capture, and sets ``node.meta["npu_stream"]`` on every node (the stream tag, or
-    ``"default"`` for the main stream). Works on Dynamo graphs and on AOT autograd graphs. The
-    result runs correctly both inside a capture and eagerly. Idempotent: a prepared graph is only
-    re-checked. A graph without ``npu_streams`` ops is returned unchanged.
+    inside a capture and the events that order each read across streams after its producer
+    (see [Note: reads across streams] in ``_reads``), and sets ``node.meta["npu_stream"]`` on
+    every node (the stream tag, or ``"default"`` for the main stream). Works on Dynamo graphs
+    and on AOT autograd graphs. The result runs correctly both inside a capture and eagerly.
+    Idempotent: a prepared graph is only re-checked. A graph without ``npu_streams`` ops is
+    returned unchanged.
 
     Args:
         gm: The graph module to prepare; it is modified in place and returned.
@@ -322,10 +330,7 @@ def _order_waits(graph: torch.fx.Graph, graph_id: int) -> None:
                 continue
             tag = f"graph{graph_id}.dep{count}"
             count += 1
-            with graph.inserting_after(producer):
-                marker = graph.call_function(OVERLOADS["internal_event_record"], (tag,))
-            marker.meta[STREAM_META_KEY] = source
-            marker.meta[ROLE_KEY] = "dep"
+            record_after(graph, producer, tag)
             insert(graph, "internal_event_wait", tag, stream, before=node, role="dep")
         # The producers are joined above. The op itself would wait for every tagged stream of
         # the process, recorded outside the capture, which invalidates a device capture.

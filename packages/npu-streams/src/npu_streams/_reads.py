@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 import torch.fx
 
-from npu_streams._nodes import ROLE_KEY, STREAM_META_KEY, insert, op_name
+from npu_streams._nodes import STREAM_META_KEY, insert, op_name, record_after
 from npu_streams._ops import OVERLOADS
 from npu_streams._runtime import DEFAULT_TAG
 
@@ -114,10 +114,7 @@ def order_reads(graph: torch.fx.Graph, graph_id: int) -> int:
         tag = recorded.get(producer)
         if tag is None:
             tag = recorded[producer] = f"graph{graph_id}.read{len(recorded)}"
-            with graph.inserting_after(producer):
-                marker = graph.call_function(OVERLOADS["internal_event_record"], (tag,))
-            marker.meta[STREAM_META_KEY] = _stream(producer)
-            marker.meta[ROLE_KEY] = "dep"
+            record_after(graph, producer, tag)
         stream = _stream(reader)
         insert(graph, "internal_event_wait", tag, stream, before=reader, role="dep")
         if isinstance(_value(producer), torch.Tensor):
