@@ -124,3 +124,46 @@ def test_seed_example_inside_a_captured_graph_equals_eager(seed_model: Any) -> N
             for got, want in zip(outputs, expected, strict=True):
                 torch.testing.assert_close(got, want)
     assert npu_streams.current_stream_tag() == "default"
+
+
+def test_reads_across_streams_in_a_captured_graph_see_their_producer() -> None:
+    # No event of the user's orders the side stream after `y`, or the main stream after `z`:
+    # the pass must. Without it the replay ran the reads beside their producers (seen on CUDA:
+    # every element wrong).
+    device = _device()
+    size = 1024
+    w = torch.randn(size, size, device=device) / size**0.5
+    graphs: list[torch.fx.GraphModule] = []
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = x @ w
+        with npu_stream_switch("dev-reads"):
+            z = y
+            for _ in range(8):
+                z = torch.relu(z @ w)
+        return z * 3 + 1
+
+    def fw_compiler(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        graphs.append(prepare_for_capture(gm, device))
+        return gm.forward
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler)
+
+    with torch.no_grad():
+        compiled = torch.compile(fn, backend=backend, fullgraph=True)
+        compiled(torch.randn(size, size, device=device), w)
+        prepared = graphs[0]
+        assert npu_streams.unordered_reads(prepared) == []
+        static = [torch.randn(size, size, device=device), w]
+        graph, outputs = _capture(prepared, static)
+        for _ in range(3):
+            fresh = torch.randn(size, size, device=device)
+            static[0].copy_(fresh)
+            graph.replay()
+            expected = fresh @ w
+            for _ in range(8):
+                expected = torch.relu(expected @ w)
+            torch.accelerator.synchronize()
+            torch.testing.assert_close(outputs[0], expected * 3 + 1, rtol=1e-3, atol=1e-3)
+    assert npu_streams.current_stream_tag() == "default"
