@@ -253,6 +253,29 @@ def test_a_capture_that_cannot_end_leaves_the_random_number_generator_usable(
     assert device.allocator.routing == set()
 
 
+def test_a_failed_capture_below_the_device_s_warm_up_says_so(
+    device: Device, caplog: pytest.LogCaptureFixture
+) -> None:
+    # On CUDA, warmup_runs=0 let cuBLAS create its handle inside the first capture, and the log
+    # said only "CUBLAS_STATUS_NOT_INITIALIZED".
+    def library_init() -> None:
+        device.end_fails = "invalidated"
+        raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate")
+
+    for runs, hinted in ((0, True), (None, False)):
+        runner = GraphRunner(
+            _failing(device, library_init), options=CaptureOptions(warmup_runs=runs)
+        )
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="npu_mempool"):
+            for _ in range(2):  # the warm-up call where the options ask for one, the capture
+                runner(torch.ones(4))
+        assert runner.counters.fallbacks == 1
+        assert "CUBLAS_STATUS_NOT_INITIALIZED" in caplog.text
+        assert ("warmup_runs=0 is below this device's need of 1" in caplog.text) is hinted
+        device.end_fails = None
+
+
 def test_a_shared_pool_whose_graphs_were_all_freed_takes_new_captures(device: Device) -> None:
     # Mode 1 with every graph reset while an output is held: without a graph holding the pool
     # its use count fell to zero while it stayed registered, and the next capture asserted.

@@ -176,12 +176,30 @@ class CapturePolicy:
             "capture sizes).",
         )
 
-    def on_failure(self, key: Hashable, exc: Exception, name: str) -> Decision:
-        """Decide for a capture of ``key`` that raised ``exc`` (``name``: the runner's)."""
+    def on_failure(
+        self, key: Hashable, exc: Exception, name: str, device_warmup: int = 0
+    ) -> Decision:
+        """Decide for a capture of ``key`` that raised ``exc``.
+
+        Args:
+            key: The graph key whose capture failed.
+            exc: What the capture raised.
+            name: The runner's name, for messages.
+            device_warmup: The eager calls the device needs before a capture (its default).
+        """
         message = (
             f"GraphRunner {name!r} could not capture the graph for key {key!r}: "
             f"{type(exc).__name__}: {exc}"
         )
+        runs = self._options.warmup_runs
+        if runs is not None and runs < device_warmup:
+            # Seen on CUDA: cuBLAS created its handle inside the first capture, which CUDA
+            # refuses (CUBLAS_STATUS_NOT_INITIALIZED); the message alone does not say why.
+            message += (
+                f" (warmup_runs={runs} is below this device's need of {device_warmup}: its "
+                "libraries, such as cuBLAS, initialise on their first call, which a capture "
+                "refuses; leave warmup_runs at None)"
+            )
         if self._options.strict:
             return Decision(
                 Action.RAISE,

@@ -593,7 +593,9 @@ class GraphRunner:
         return self._eager_call(args)
 
     def _capture_failed(self, key: Hashable, args: tuple[Any, ...], exc: Exception) -> Any:
-        decision = self._policy.on_failure(key, exc, self.name)
+        decision = self._policy.on_failure(
+            key, exc, self.name, self._call_paths.device_warmup(args)
+        )
         if decision.action is Action.RAISE:
             raise CaptureError(decision.message) from exc
         log.warning("%s; this key runs eagerly from now on", decision.message)
