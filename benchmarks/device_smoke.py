@@ -130,6 +130,11 @@ def counted(runner: Any) -> dict[str, int]:
     return {"captures": c.captures, "replays": c.replays, "eager_calls": c.eager_calls}
 
 
+def runner_rows(runners: Sequence[Any]) -> list[dict[str, Any]]:
+    """Each runner's name, fallbacks and counts, as the checks report them."""
+    return [{"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners]
+
+
 def measure_warmup(device: torch.device) -> int:
     """Eager calls a runner makes for a new key before capturing it on ``device``."""
     from npu_mempool import GraphRunner
@@ -454,9 +459,7 @@ def check_dropout_masks(ctx: Context) -> dict[str, Any]:
         "share two calls agree on (expected; 1.0: the same mask)": f"{agree} +- "
         f"{agree_tolerance:.3f}",
         "share consecutive calls agree on": agreements,
-        "runners": [
-            {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
-        ],
+        "runners": runner_rows(runners),
         "fallbacks": [str(f) for f in stats.fallbacks],
     }
     torch._dynamo.reset()
@@ -834,9 +837,7 @@ def child_multi_stream(device: torch.device, tiny: bool) -> dict[str, Any]:
         del got  # a held output would send the next call to a second call path
     runners = backend.stats.runners
     result = {
-        "runners": [
-            {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
-        ],
+        "runners": runner_rows(runners),
         "fallbacks": [str(f) for f in backend.stats.fallbacks],
         "stream_tag_after": npu_streams.current_stream_tag(),
     }
@@ -913,9 +914,7 @@ def child_capture_stream_wait(device: torch.device, tiny: bool) -> dict[str, Any
         torch.testing.assert_close(compiled(x), x * 2 + 1)
     runners = backend.stats.runners
     result = {
-        "runners": [
-            {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
-        ],
+        "runners": runner_rows(runners),
         "fallbacks": [str(f) for f in backend.stats.fallbacks],
     }
     _clean_exit(device)
@@ -1157,9 +1156,7 @@ def child_stream_scope_after_split(device: torch.device, tiny: bool) -> dict[str
             "waits without their record, per piece": unmatched,
             "reads across streams no event orders, per piece": unordered,
             "fallback reasons": reasons,
-            "runners": [
-                {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
-            ],
+            "runners": runner_rows(runners),
             "stream_tag_after": npu_streams.current_stream_tag(),
         }
         result[name] = entry
@@ -1238,9 +1235,30 @@ def child_force_recapture_memory(device: torch.device, tiny: bool) -> dict[str, 
     return result
 
 
+def _compiled_matches(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    reference: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    size: int,
+    device: torch.device,
+) -> Any:
+    """Check ``fn(x, w)`` compiled whole with the backend against ``reference``; the backend.
+
+    Four calls (warm-up, capture, replays), each with a new ``x``; the backend has the stats.
+    """
+    import npu_compile
+
+    torch.manual_seed(0)
+    w = torch.randn(size, size, device=device) / size**0.5
+    backend = npu_compile.get_npu_backend()
+    compiled = torch.compile(fn, backend=backend, dynamic=False, fullgraph=True)
+    for _ in range(4):
+        x = torch.randn(size, size, device=device)
+        close(compiled(x, w), reference(x, w))
+    return backend
+
+
 def child_streams_record_wait(device: torch.device, tiny: bool) -> dict[str, Any]:
     """``npu_streams.record()``/``wait()`` under the backend: eager's numbers, one whole graph."""
-    import npu_compile
     import npu_streams
 
     size = 64 if tiny else 1024
@@ -1260,24 +1278,15 @@ def child_streams_record_wait(device: torch.device, tiny: bool) -> dict[str, Any
         h = x @ w
         return (h + 1) + torch.relu(h) * 2
 
-    torch.manual_seed(0)
-    w = torch.randn(size, size, device=device) / size**0.5
-    backend = npu_compile.get_npu_backend()
     # fullgraph: a graph break at record() or wait() fails here instead of splitting the graph.
-    compiled = torch.compile(fn, backend=backend, dynamic=False, fullgraph=True)
-    for _ in range(4):
-        x = torch.randn(size, size, device=device)
-        close(compiled(x, w), eager(x, w))
-    stats = backend.stats
+    stats = _compiled_matches(fn, eager, size, device).stats
     runners = stats.runners
     result = {
         "fx_graphs": stats.fx_graphs,
         "captured": stats.captured,
         "piecewise": stats.piecewise,
         "splits": {name: list(splits) for name, splits in stats.splits.items()},
-        "runners": [
-            {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
-        ],
+        "runners": runner_rows(runners),
         "fallbacks": [str(f) for f in stats.fallbacks],
         "stream_tag_after": npu_streams.current_stream_tag(),
     }
@@ -1299,7 +1308,6 @@ def child_streams_read_without_wait(device: torch.device, tiny: bool) -> dict[st
     and the main stream reads its result right after the scope; nothing in the program orders
     either read. A replay that ran them side by side would read memory not yet written.
     """
-    import npu_compile
     import npu_streams
 
     size, depth = (64, 2) if tiny else (1024, 8)
@@ -1318,18 +1326,10 @@ def child_streams_read_without_wait(device: torch.device, tiny: bool) -> dict[st
             z = torch.relu(z @ w)
         return z * 3 + 1
 
-    torch.manual_seed(0)
-    w = torch.randn(size, size, device=device) / size**0.5
-    backend = npu_compile.get_npu_backend()
-    compiled = torch.compile(fn, backend=backend, dynamic=False, fullgraph=True)
-    for _ in range(4):
-        x = torch.randn(size, size, device=device)
-        close(compiled(x, w), arithmetic(x, w))
+    backend = _compiled_matches(fn, arithmetic, size, device)
     runners = backend.stats.runners
     result = {
-        "runners": [
-            {"name": r.name, "fallbacks": r.counters.fallbacks, **counted(r)} for r in runners
-        ],
+        "runners": runner_rows(runners),
         "fallbacks": [str(f) for f in backend.stats.fallbacks],
         "stream_tag_after": npu_streams.current_stream_tag(),
     }

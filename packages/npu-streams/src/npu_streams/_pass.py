@@ -284,7 +284,11 @@ def _fork_and_join(
                 join_tag,
             )
     _order_waits(graph, graph_id)
-    order_reads(graph, graph_id)
+    ordered = order_reads(graph, graph_id)
+    if ordered:
+        _log.debug(
+            "graph%d: %d read(s) across streams made to wait for their producer", graph_id, ordered
+        )
     graph.lint()
 
 
